@@ -1,0 +1,41 @@
+# merkle-db: `make demo` runs the quick start, `make test` runs every gate.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+LAKE   ?= $(CURDIR)/lake
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Stamp files record which extras are installed, re-done when pyproject.toml changes.
+$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+$(VENV)/.bench-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $@
+
+demo: $(VENV)/.demo-installed
+	$(BIN)/python examples/quickstart.py --lake $(LAKE)
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: lint
+	$(BIN)/python -m pytest
+
+bench: $(VENV)/.bench-installed
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) lake .pytest_cache .mypy_cache .ruff_cache .hypothesis

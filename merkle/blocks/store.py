@@ -1,0 +1,194 @@
+"""Content-addressed blocks over an ObjectStore.
+
+A block lives at ``blocks/<cid>``. Writing a block that already exists costs
+a metadata check, never a second upload; but if the existing copy is older
+than the caller's ``refresh_before`` time (the start of its writer lease) its
+timestamp is refreshed, so a garbage collector that spares blocks newer than
+the oldest live writer lease cannot delete a block a writer just re-used
+(dulwich does the same for re-put loose objects). Every read re-hashes the
+bytes and compares them with the CID.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+from merkle.blocks.cache import ByteLRU
+from merkle.blocks.cid import CID, DAG_CBOR, codec_code, hash_code
+from merkle.blocks.codec import decode_node, encode_node
+from merkle.errors import NotFoundError, UsageError
+from merkle.storage.base import ObjectInfo, ObjectStore
+
+__all__ = ["BLOCK_PREFIX", "BlockStore"]
+
+#: Where blocks live in a lake.
+BLOCK_PREFIX = "blocks/"
+
+_DEFAULT_CACHE_BYTES = 64 << 20
+
+
+class BlockStore:
+    """Put, get and verify blocks by CID; cache decoded nodes within a byte budget."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        hash: str = "blake3",
+        cache_bytes: int = _DEFAULT_CACHE_BYTES,
+    ) -> None:
+        self.store = store
+        self.hash_code = hash_code(hash)
+        self.node_cache: ByteLRU[Any] = ByteLRU(cache_bytes)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_reopen, (self.store, self.hash_code, self.node_cache.capacity))
+
+    @staticmethod
+    def key(cid: CID) -> str:
+        """The object key of a block."""
+        return BLOCK_PREFIX + str(cid)
+
+    def cid_of(self, data: bytes, codec: str | int = DAG_CBOR) -> CID:
+        """The CID ``data`` would get in this store, without storing it."""
+        return CID.of(data, codec, self.hash_code)
+
+    # -- writes --------------------------------------------------------------
+
+    def put(
+        self, data: bytes, codec: str | int = "raw", *, refresh_before: float | None = None
+    ) -> CID:
+        """Store one block and return its CID (see the module doc for ``refresh_before``)."""
+        return self.put_many([(data, codec)], refresh_before=refresh_before)[0]
+
+    def put_node(self, node: Any, *, refresh_before: float | None = None) -> CID:
+        """Encode ``node`` as DAG-CBOR, store it, and keep the decoded form in the cache."""
+        data = encode_node(node)
+        cid = self.put(data, DAG_CBOR, refresh_before=refresh_before)
+        self.node_cache.put(cid.bytes, node, len(data))
+        return cid
+
+    def put_many(
+        self,
+        blocks: Iterable[tuple[bytes, str | int]],
+        *,
+        refresh_before: float | None = None,
+    ) -> list[CID]:
+        """Store several blocks concurrently; every one is durable when this returns."""
+        cids: list[CID] = []
+        pending: dict[str, bytes] = {}
+        for data, codec in blocks:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise UsageError(f"block data must be bytes, got {type(data).__name__}")
+            data = bytes(data)
+            cid = CID.of(data, codec_code(codec), self.hash_code)
+            cids.append(cid)
+            pending[self.key(cid)] = data
+        if pending:
+            keys = list(pending)
+            present: list[bool] = self.store.map_bulk(
+                lambda key: self._refresh(key, refresh_before), keys
+            )
+            missing = [key for key, found in zip(keys, present, strict=True) if not found]
+            if missing:
+                self.store.put_many((key, pending[key]) for key in missing)
+        return cids
+
+    def _refresh(self, key: str, refresh_before: float | None) -> bool:
+        """Whether the block is present (refreshing an old timestamp), else it must be written."""
+        try:
+            info = self.store.stat(key)
+        except NotFoundError:
+            return False
+        if refresh_before is not None and info.mtime < refresh_before:
+            try:
+                self.store.touch(key)
+            except NotFoundError:
+                return False  # deleted between stat and touch: write it again
+        return True
+
+    def delete(self, cid: CID) -> None:
+        """Remove a block (GC only: a referenced block must never be deleted)."""
+        self.node_cache.discard(cid.bytes)
+        self.store.delete(self.key(cid))
+
+    def delete_many(self, cids: Iterable[CID]) -> None:
+        """Remove several blocks (batched where the backend can)."""
+        cids = list(cids)
+        for cid in cids:
+            self.node_cache.discard(cid.bytes)
+        self.store.delete_many([self.key(cid) for cid in cids])
+
+    # -- reads ---------------------------------------------------------------
+
+    def _missing(self, cid: CID) -> NotFoundError:
+        return NotFoundError(
+            f"block {cid} is missing from {self.store.uri}; it was never written "
+            "or has been garbage-collected"
+        )
+
+    def get(self, cid: CID) -> bytes:
+        """The verified bytes of a block; :class:`IntegrityError` if they do not match."""
+        try:
+            data = self.store.get(self.key(cid))
+        except NotFoundError:
+            raise self._missing(cid) from None
+        cid.verify(data)
+        return data
+
+    def get_node(self, cid: CID) -> Any:
+        """The decoded DAG-CBOR node of ``cid`` (shared from the cache: do not mutate it)."""
+        node = self.node_cache.get(cid.bytes)
+        if node is None:
+            data = self.get(cid)
+            node = decode_node(data)
+            self.node_cache.put(cid.bytes, node, len(data))
+        return node
+
+    def get_many(self, cids: Sequence[CID]) -> dict[CID, bytes]:
+        """The verified bytes of several blocks, fetched concurrently."""
+        unique = list(dict.fromkeys(cids))
+        keys = [self.key(cid) for cid in unique]
+
+        def fetch(pair: tuple[CID, str]) -> bytes:
+            cid, key = pair
+            try:
+                data = self.store.get(key)
+            except NotFoundError:
+                raise self._missing(cid) from None
+            cid.verify(data)
+            return data
+
+        return dict(
+            zip(
+                unique,
+                self.store.map_bulk(fetch, list(zip(unique, keys, strict=True))),
+                strict=True,
+            )
+        )
+
+    def has(self, cid: CID) -> bool:
+        """Whether the block is stored (no hash check)."""
+        return self.store.exists(self.key(cid))
+
+    def stat(self, cid: CID) -> ObjectInfo:
+        """Size and timestamp of a stored block."""
+        try:
+            return self.store.stat(self.key(cid))
+        except NotFoundError:
+            raise self._missing(cid) from None
+
+    def list(self) -> Iterator[tuple[CID, ObjectInfo]]:
+        """Every stored block with its size and timestamp (unparseable keys are skipped)."""
+        for info in self.store.list(BLOCK_PREFIX):
+            try:
+                cid = CID.parse(info.key[len(BLOCK_PREFIX) :])
+            except UsageError:
+                continue
+            yield cid, info
+
+
+def _reopen(store: ObjectStore, code: int, cache_bytes: int) -> BlockStore:
+    names = {0x1E: "blake3", 0x12: "sha2-256"}
+    return BlockStore(store, hash=names[code], cache_bytes=cache_bytes)

@@ -1,0 +1,1 @@
+"""The ``merkle`` command: a thin layer over the Python API."""

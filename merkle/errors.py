@@ -1,0 +1,60 @@
+"""The exception hierarchy of merkle-db.
+
+Every error the package raises on purpose is a :class:`MerkleError`. Where a
+builtin fits, the subclass inherits it too, so ``except KeyError`` keeps
+working for a missing database and ``except ValueError`` for a bad argument.
+Messages name the thing that failed and say what to do about it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CommitIndeterminateError",
+    "ConflictError",
+    "IntegrityError",
+    "MerkleError",
+    "NotFoundError",
+    "StorageError",
+    "UsageError",
+]
+
+
+class MerkleError(Exception):
+    """Root of every error raised by merkle-db."""
+
+    def __str__(self) -> str:
+        # KeyError quotes its argument in str(); keep messages readable everywhere.
+        return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+class NotFoundError(MerkleError, KeyError):
+    """A database, table, version, journal entry, key or block does not exist."""
+
+
+class UsageError(MerkleError, ValueError):
+    """The caller passed something invalid: a bad name, URI, key, value or option."""
+
+
+class ConflictError(MerkleError):
+    """A compare-and-set lost against another writer and could not be replayed."""
+
+
+class CommitIndeterminateError(MerkleError):
+    """The store could not say whether a commit happened; re-read the journal to learn it."""
+
+
+class IntegrityError(MerkleError):
+    """Stored bytes do not match their content address, or a stored node is malformed."""
+
+
+class StorageError(MerkleError):
+    """The storage backend failed.
+
+    ``definite`` is True when the operation surely did not take effect (for
+    example the request was refused before it reached the bucket) and False
+    when it may have happened (a timeout after the request was sent).
+    """
+
+    def __init__(self, message: str, *, definite: bool = True) -> None:
+        super().__init__(message)
+        self.definite = definite

@@ -1,0 +1,286 @@
+"""The ObjectStore contract and the URI-scheme registry of backends.
+
+An :class:`ObjectStore` maps string keys to immutable byte strings. It is the
+only layer that talks to a disk or a bucket; blocks, refs and GC are written
+against this interface alone, so every backend behaves the same and runs the
+same conformance suite (``tests/storage/test_conformance.py``).
+
+Keys are ``/``-separated paths of non-empty segments. A segment never starts
+with ``.`` (backends keep their own temporary files under such names) and
+holds no control character or backslash.
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, ClassVar
+from urllib.parse import SplitResult, urlsplit
+
+from merkle.errors import NotFoundError, UsageError
+
+__all__ = [
+    "ObjectInfo",
+    "ObjectStore",
+    "check_key",
+    "open_store",
+    "register_scheme",
+    "supported_schemes",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What a listing or ``stat`` says of one stored object."""
+
+    key: str
+    size: int
+    mtime: float  # seconds since the epoch (UTC), as the backend records it
+
+
+def check_key(key: object) -> str:
+    """Return ``key`` if it is a valid object key, else raise :class:`UsageError`."""
+    if not isinstance(key, str) or not key:
+        raise UsageError(f"object key must be a non-empty string, got {key!r}")
+    for segment in key.split("/"):
+        if not segment:
+            raise UsageError(f"object key {key!r} has an empty path segment")
+        if segment[0] == ".":
+            raise UsageError(f"object key {key!r} has a segment starting with '.'")
+        if "\\" in segment or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in segment):
+            raise UsageError(f"object key {key!r} holds a backslash or control character")
+    return key
+
+
+def check_data(key: str, data: object) -> bytes:
+    """Return ``data`` as ``bytes`` or raise :class:`UsageError` naming ``key``."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    raise UsageError(f"data for {key!r} must be bytes, got {type(data).__name__}")
+
+
+class ObjectStore(ABC):
+    """A key -> bytes store with atomic puts and a conditional create.
+
+    Guarantees every backend keeps:
+
+    * ``put`` is atomic and durable when it returns: a reader sees the old
+      bytes or the new ones, never a part, even after a crash.
+    * ``put_if_absent`` creates the key only if no object holds it, and
+      exactly one of any number of concurrent callers (threads, processes,
+      machines) gets True.
+    * ``list`` yields keys in ascending (UTF-8 byte) order.
+    * A store pickles to a handle that re-opens the same location (clients,
+      pools and locks are re-created after unpickling).
+    """
+
+    #: URI scheme(s) this backend serves, set by subclasses.
+    schemes: ClassVar[tuple[str, ...]] = ()
+
+    @property
+    @abstractmethod
+    def uri(self) -> str:
+        """The URI that re-opens this store with :func:`open_store`."""
+
+    @classmethod
+    @abstractmethod
+    def from_uri(cls, parts: SplitResult, options: Mapping[str, Any]) -> ObjectStore:
+        """Open the store named by a parsed URI (called by :func:`open_store`)."""
+
+    # -- reads ---------------------------------------------------------------
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The bytes stored at ``key``; :class:`NotFoundError` if there are none."""
+
+    @abstractmethod
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        """Up to ``length`` bytes of ``key`` from offset ``start`` (short at the end)."""
+
+    @abstractmethod
+    def stat(self, key: str) -> ObjectInfo:
+        """Size and modification time of ``key``; :class:`NotFoundError` if absent."""
+
+    def exists(self, key: str) -> bool:
+        """Whether an object is stored at ``key``."""
+        try:
+            self.stat(key)
+        except NotFoundError:
+            return False
+        return True
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        """Every object whose key starts with ``prefix``, in ascending key order."""
+
+    @abstractmethod
+    def list_prefixes(self, prefix: str = "") -> builtins.list[str]:
+        """The distinct next path segments below ``prefix`` (which ends with ``/`` or is empty).
+
+        ``list_prefixes("refs/")`` on keys ``refs/a/1``, ``refs/a/2``, ``refs/b/1``
+        returns ``["a", "b"]``: a cheap directory listing, like S3's delimiter.
+        """
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """The bytes of several keys; :class:`NotFoundError` if any is missing."""
+        return dict(zip(keys, self.map_bulk(self.get, keys), strict=True))
+
+    # -- writes --------------------------------------------------------------
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` at ``key``, replacing what was there, atomically and durably."""
+
+    @abstractmethod
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Create ``key`` only if it does not exist; True if this call created it."""
+
+    def put_many(self, items: Iterable[tuple[str, bytes]]) -> None:
+        """Store several objects; all are durable when this returns."""
+        pairs = list(items)
+        self.map_bulk(lambda kv: self.put(kv[0], kv[1]), pairs)
+
+    @abstractmethod
+    def touch(self, key: str) -> None:
+        """Set the modification time of ``key`` to now; :class:`NotFoundError` if absent."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove ``key``; removing a missing key is not an error."""
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        """Remove several keys (missing ones are skipped)."""
+        self.map_bulk(self.delete, list(keys))
+
+    # -- life cycle ----------------------------------------------------------
+
+    #: Threads used by the default bulk methods; 1 means serial.
+    bulk_workers: int = 1
+    _pool: ThreadPoolExecutor | None = None
+    _pool_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def map_bulk(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> builtins.list[Any]:
+        """Apply ``fn`` to every item, on the store's I/O thread pool when it has one.
+
+        Layers above use this to run many small requests against the backend
+        concurrently (S3 latency, parallel fsync) without pools of their own.
+        """
+        if self.bulk_workers <= 1 or len(items) <= 1:
+            return [fn(item) for item in items]
+        with ObjectStore._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    self.bulk_workers, thread_name_prefix=f"{type(self).__name__}-io"
+                )
+        return list(self._pool.map(fn, items))
+
+    def close(self) -> None:
+        """Release clients and threads; the store may not be used afterwards."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def __enter__(self) -> ObjectStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def reopen_options(self) -> dict[str, Any]:
+        """Options that :func:`open_store` needs besides the URI to re-open this store."""
+        return {}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickle as "how to open it again": clients, pools and locks are re-created.
+        return (_reopen, (self.uri, self.reopen_options()))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.uri!r})"
+
+
+# -- the URI registry ------------------------------------------------------------
+
+_REGISTRY: dict[str, str] = {
+    "memory": "merkle.storage.memory:MemoryStore",
+    "file": "merkle.storage.file:FileStore",
+    "s3": "merkle.storage.s3:S3Store",
+}
+_LOADED: dict[str, type[ObjectStore]] = {}
+
+
+def register_scheme(scheme: str, target: str | type[ObjectStore]) -> None:
+    """Serve ``scheme://`` URIs with a backend class or a lazy ``"module:Class"`` path."""
+    scheme = scheme.lower()
+    if isinstance(target, str):
+        _REGISTRY[scheme] = target
+        _LOADED.pop(scheme, None)
+    else:
+        _REGISTRY[scheme] = f"{target.__module__}:{target.__qualname__}"
+        _LOADED[scheme] = target
+
+
+def supported_schemes() -> list[str]:
+    """The URI schemes :func:`open_store` knows, sorted."""
+    return sorted(_REGISTRY)
+
+
+def _backend(scheme: str, uri: str) -> type[ObjectStore]:
+    cls = _LOADED.get(scheme)
+    if cls is not None:
+        return cls
+    target = _REGISTRY.get(scheme)
+    if target is None:
+        known = ", ".join(f"{s}://" for s in supported_schemes())
+        raise UsageError(f"unknown storage scheme {scheme!r} in {uri!r}; supported: {known}")
+    module_name, _, class_name = target.partition(":")
+    loaded = getattr(importlib.import_module(module_name), class_name)
+    _LOADED[scheme] = loaded
+    return loaded  # type: ignore[no-any-return]
+
+
+def _reopen(uri: str, options: dict[str, Any]) -> ObjectStore:
+    return open_store(uri, **options)
+
+
+def open_store(uri: str | os.PathLike[str], **options: Any) -> ObjectStore:
+    """Open the object store named by ``uri``.
+
+    ``memory://`` (fresh) or ``memory://name`` (shared within the process),
+    ``file:///absolute/path`` or a plain filesystem path, and
+    ``s3://bucket/prefix`` (options ``endpoint_url``, ``region_name``;
+    credentials from boto3's usual chain). Other schemes can be added with
+    :func:`register_scheme`.
+    """
+    if isinstance(uri, os.PathLike):
+        uri = os.fspath(uri)
+    if not isinstance(uri, str) or not uri.strip():
+        raise UsageError(f"a lake URI must be a non-empty string, got {uri!r}")
+    if "://" not in uri:
+        if ":" in uri.split("/", 1)[0] and not os.path.isabs(uri):
+            raise UsageError(
+                f"malformed lake URI {uri!r}: write scheme://location, e.g. file:///data/lake"
+            )
+        return _backend("file", uri).from_uri(urlsplit("file://" + os.path.abspath(uri)), options)
+    scheme = uri.split("://", 1)[0].lower()
+    if not scheme or not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum():
+        raise UsageError(f"malformed lake URI {uri!r}: the scheme {scheme!r} is not valid")
+    cls = _backend(scheme, uri)
+    try:
+        parts = urlsplit(uri)
+    except ValueError as exc:
+        raise UsageError(f"malformed lake URI {uri!r}: {exc}") from None
+    return cls.from_uri(parts, options)

@@ -1,0 +1,249 @@
+"""An object store in a local directory: one file per key.
+
+Writes never expose a partial file under a key. Every put writes a hidden
+temporary file beside its target, fsyncs it, then either renames it over the
+key (``put``) or hard-links it to the key (``put_if_absent``: ``link`` fails
+when the key exists, so exactly one process wins), and finally fsyncs the
+directory so the new name survives a crash. A crash leaves at most a hidden
+``.tmp-*`` file, which listings skip.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import stat
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+from urllib.parse import SplitResult, unquote
+
+from merkle.errors import NotFoundError, StorageError, UsageError
+from merkle.storage.base import ObjectInfo, ObjectStore, check_data, check_key
+
+__all__ = ["FileStore"]
+
+_TMP_PREFIX = ".tmp-"
+
+
+class FileStore(ObjectStore):
+    """Objects as files under ``root``; ``fsync=False`` trades crash safety for speed."""
+
+    schemes = ("file",)
+
+    def __init__(self, root: str, *, fsync: bool = True, bulk_workers: int = 8) -> None:
+        if not os.path.isabs(root):
+            raise UsageError(f"file store root must be an absolute path, got {root!r}")
+        self.root = os.path.normpath(root)
+        self.fsync = fsync
+        self.bulk_workers = bulk_workers
+        self._dirs_known: set[str] = set()
+        self._dirs_lock = threading.Lock()
+        if os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise UsageError(f"lake path {self.root!r} exists and is not a directory")
+
+    @classmethod
+    def from_uri(cls, parts: SplitResult, options: Mapping[str, Any]) -> FileStore:
+        if parts.netloc not in ("", "localhost"):
+            raise UsageError(
+                f"malformed file URI {parts.geturl()!r}: use file:///absolute/path "
+                "(three slashes) or a plain path"
+            )
+        path = unquote(parts.path)
+        if not path or not os.path.isabs(path):
+            raise UsageError(f"malformed file URI {parts.geturl()!r}: the path must be absolute")
+        unknown = set(options) - {"fsync", "bulk_workers"}
+        if unknown:
+            raise UsageError(f"unknown options for file://: {sorted(unknown)}")
+        return cls(path, **options)
+
+    @property
+    def uri(self) -> str:
+        return "file://" + self.root
+
+    def reopen_options(self) -> dict[str, Any]:
+        return {"fsync": self.fsync, "bulk_workers": self.bulk_workers}
+
+    def _path(self, key: str) -> str:
+        return os.path.join(self.root, *check_key(key).split("/"))
+
+    def _missing(self, key: str) -> NotFoundError:
+        return NotFoundError(f"no object {key!r} in {self.uri}")
+
+    # -- reads ---------------------------------------------------------------
+
+    def get(self, key: str) -> bytes:
+        try:
+            with open(self._path(key), "rb") as f:
+                return f.read()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise self._missing(key) from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {key!r} in {self.uri}: {exc}") from exc
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        if start < 0 or length < 0:
+            raise UsageError(f"range of {key!r} must be non-negative, got {start}+{length}")
+        try:
+            with open(self._path(key), "rb") as f:
+                f.seek(start)
+                return f.read(length)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise self._missing(key) from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {key!r} in {self.uri}: {exc}") from exc
+
+    def stat(self, key: str) -> ObjectInfo:
+        try:
+            st = os.stat(self._path(key))
+        except (FileNotFoundError, NotADirectoryError):
+            raise self._missing(key) from None
+        if not stat.S_ISREG(st.st_mode):
+            raise self._missing(key)
+        return ObjectInfo(key, st.st_size, st.st_mtime)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        directory, _, _ = prefix.rpartition("/")
+        base = os.path.join(self.root, *directory.split("/")) if directory else self.root
+        yield from self._walk(base, directory + "/" if directory else "", prefix)
+
+    def _walk(self, path: str, key_prefix: str, want: str) -> Iterator[ObjectInfo]:
+        try:
+            entries = list(os.scandir(path))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        # Sort so that full keys come out in byte order: a directory's keys all
+        # start with "name/", so it sorts as "name/".
+        ranked = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            is_dir = entry.is_dir(follow_symlinks=False)
+            ranked.append((entry.name + "/" if is_dir else entry.name, is_dir, entry))
+        ranked.sort(key=lambda item: item[0])
+        for name, is_dir, entry in ranked:
+            key = key_prefix + name
+            if is_dir:
+                # Descend only where the subtree can hold keys matching the prefix.
+                if key.startswith(want) or want.startswith(key):
+                    yield from self._walk(entry.path, key, want)
+            elif key.startswith(want):
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # deleted while listing
+                yield ObjectInfo(key, st.st_size, st.st_mtime)
+
+    def list_prefixes(self, prefix: str = "") -> builtins.list[str]:
+        if prefix and not prefix.endswith("/"):
+            raise UsageError(f"list_prefixes wants a prefix ending with '/', got {prefix!r}")
+        path = os.path.join(self.root, *prefix.rstrip("/").split("/")) if prefix else self.root
+        try:
+            names = os.listdir(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(name for name in names if not name.startswith("."))
+
+    # -- writes --------------------------------------------------------------
+
+    def _ensure_dir(self, directory: str) -> None:
+        if directory in self._dirs_known:
+            return
+        missing = []
+        probe = directory
+        while not os.path.isdir(probe):
+            missing.append(probe)
+            probe = os.path.dirname(probe)
+        for created in reversed(missing):
+            try:
+                os.mkdir(created)
+            except FileExistsError:
+                continue
+            self._sync_dir(os.path.dirname(created))
+        with self._dirs_lock:
+            self._dirs_known.add(directory)
+
+    def _sync_dir(self, directory: str) -> None:
+        if not self.fsync:
+            return
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _write_temp(self, path: str, data: bytes) -> str:
+        """Write ``data`` to a durable hidden temp file beside ``path``; return its name."""
+        directory = os.path.dirname(path)
+        self._ensure_dir(directory)
+        tmp = os.path.join(directory, f"{_TMP_PREFIX}{uuid.uuid4().hex}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if self.fsync:
+                os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            _unlink_quietly(tmp)
+            raise
+        os.close(fd)
+        return tmp
+
+    def put(self, key: str, data: bytes) -> None:
+        self.put_many([(key, data)])
+
+    def put_many(self, items: Iterable[tuple[str, bytes]]) -> None:
+        staged = [(self._path(key), check_data(key, data)) for key, data in items]
+        if not staged:
+            return
+        try:
+            temps: builtins.list[str] = self.map_bulk(
+                lambda pd: self._write_temp(pd[0], pd[1]), staged
+            )
+        except OSError as exc:
+            raise StorageError(f"cannot write to {self.uri}: {exc}") from exc
+        for (path, _), tmp in zip(staged, temps, strict=True):
+            os.replace(tmp, path)
+        for directory in sorted({os.path.dirname(path) for path, _ in staged}):
+            self._sync_dir(directory)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        data = check_data(key, data)
+        if os.path.lexists(path):
+            return False
+        try:
+            tmp = self._write_temp(path, data)
+        except OSError as exc:
+            raise StorageError(f"cannot write {key!r} to {self.uri}: {exc}") from exc
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        finally:
+            _unlink_quietly(tmp)
+        self._sync_dir(os.path.dirname(path))
+        return True
+
+    def touch(self, key: str) -> None:
+        try:
+            os.utime(self._path(key))
+        except (FileNotFoundError, NotADirectoryError):
+            raise self._missing(key) from None
+
+    def delete(self, key: str) -> None:
+        try:
+            os.unlink(self._path(key))
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        except IsADirectoryError:
+            raise UsageError(f"{key!r} in {self.uri} is a directory, not an object") from None
+
+
+def _unlink_quietly(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
