@@ -101,6 +101,8 @@ class CID:
     @classmethod
     def of(cls, data: bytes, codec: str | int = DAG_CBOR, hash: str | int = BLAKE3) -> CID:
         """The CIDv1 of ``data`` stored with ``codec``, hashed with ``hash``."""
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise UsageError(f"a CID is computed over bytes, got {type(data).__name__}")
         h = hash_code(hash)
         return cls(bytes((1, codec_code(codec), h, 32)) + _digest(h, data))
 
@@ -113,7 +115,8 @@ class CID:
         try:
             _parse(raw)
         except ValueError as exc:
-            raise UsageError(f"malformed CID bytes {raw.hex()}: {exc}") from None
+            shown = raw.hex() or "(empty)"
+            raise UsageError(f"malformed CID bytes {shown}: {exc}") from None
         return cls(raw)
 
     @classmethod

@@ -6,26 +6,22 @@ are strings sorted length-first then bytewise, integers and lengths in their
 shortest form, floats always 64-bit, no NaN or infinity, no indefinite
 lengths, and the only tag is 42 (a link: ``0x00`` + CID bytes).
 
-cbor2's ``canonical`` mode gives that key order and shortest integers but
-shrinks floats to 16 or 32 bits, which DAG-CBOR forbids; a float encoder
-override keeps them 64-bit, so no Python-side walk of the node is needed.
+Encoding is :mod:`merkle.blocks.encoder` (see there why not cbor2). Decoding
+is cbor2's C decoder with a tag hook that turns links into :class:`CID`
+objects and refuses every other tag; ``strict=True`` also proves the bytes
+are the canonical encoding, for blocks that come from outside.
 """
 
 from __future__ import annotations
 
-import datetime
-import decimal
-import fractions
-import math
-import re
-import struct
-import uuid
-from collections.abc import Iterator
-from typing import Any
+import importlib.metadata
+from collections.abc import Callable, Iterator
+from typing import Any, Final
 
 import cbor2
 
 from merkle.blocks.cid import CID, DAG_CBOR, RAW
+from merkle.blocks.encoder import encode_node
 from merkle.errors import IntegrityError, UsageError
 
 __all__ = [
@@ -40,99 +36,112 @@ __all__ = [
 #: Format version written in every node's ``v`` field.
 NODE_VERSION = 1
 
-_LINK_TAG = 42
-_PACK_DOUBLE = struct.Struct(">Bd").pack
+_LINK_TAG: Final = 42
 
-
-def _encode_float(encoder: cbor2.CBOREncoder, value: float) -> None:
-    if math.isnan(value) or math.isinf(value):
-        raise UsageError(f"DAG-CBOR cannot store {value!r}: NaN and infinity are not allowed")
-    encoder.write(_PACK_DOUBLE(0xFB, value))
-
-
-def _encode_other(encoder: cbor2.CBOREncoder, value: Any) -> None:
-    if isinstance(value, CID):
-        encoder.encode_semantic(_LINK_TAG, b"\x00" + value.bytes)
-        return
-    _reject(encoder, value)
-
-
-def _encode_int(encoder: cbor2.CBOREncoder, value: int) -> None:
-    if not -(1 << 64) <= value < (1 << 64):
-        raise UsageError(f"DAG-CBOR integers are limited to 64 bits, got {value}")
-    encoder.encode_int(value)
-
-
-def _encode_map(encoder: cbor2.CBOREncoder, value: dict[Any, Any]) -> None:
-    for key in value:
-        if type(key) is not str:
-            raise UsageError(f"DAG-CBOR map keys must be strings, found {key!r}")
-    encoder.encode_map(value)  # sorted length-first by canonical mode
-
-
-def _reject(_encoder: cbor2.CBOREncoder, value: Any) -> None:
-    raise UsageError(
-        f"cannot store a value of type {type(value).__name__} in a node: "
-        "use None, bool, int, float, str, bytes, list, dict with str keys, or CID"
-    )
-
-
-# cbor2 would encode these with tags of its own, which DAG-CBOR does not allow.
-_TAGGED_TYPES: tuple[type, ...] = (
-    datetime.datetime,
-    datetime.date,
-    decimal.Decimal,
-    fractions.Fraction,
-    uuid.UUID,
-    set,
-    frozenset,
-    re.Pattern,
+#: The first five bytes of a link to a CIDv1 that merkle-db writes (the 0x00
+#: prefix, version, codec, hash, digest size): such 37-byte links need no parsing.
+_COMMON_LINK_STARTS: Final = frozenset(
+    bytes((0, 1, codec, code, 32)) for codec in (DAG_CBOR, RAW) for code in (0x1E, 0x12)
 )
-_ENCODERS: dict[type, Any] = {float: _encode_float, int: _encode_int, dict: _encode_map}
-_ENCODERS.update(dict.fromkeys(_TAGGED_TYPES, _reject))
 
 
-def encode_node(node: Any) -> bytes:
-    """Encode a node (dicts, lists, scalars, CIDs) as DAG-CBOR bytes.
-
-    Raises :class:`UsageError` on anything DAG-CBOR cannot hold: non-string
-    map keys, NaN or infinite floats, integers beyond 64 bits, other types.
-    """
-    try:
-        return cbor2.dumps(node, canonical=True, encoders=_ENCODERS, default=_encode_other)
-    except UsageError:
-        raise
-    except (cbor2.CBOREncodeError, TypeError, ValueError, OverflowError) as exc:
-        raise UsageError(f"cannot encode node as DAG-CBOR: {exc}") from None
-
-
-def _tag_hook(*args: Any) -> CID:
-    # cbor2 6 calls tag_hook(tag, immutable); cbor2 5 called it (decoder, tag, ...).
-    tag = args[0] if isinstance(args[0], cbor2.CBORTag) else args[1]
-    if tag.tag != _LINK_TAG:
-        raise IntegrityError(f"DAG-CBOR allows only tag 42 (links), found tag {tag.tag}")
+def _link(tag: cbor2.CBORTag) -> CID:
+    """The CID held by a decoded tag; :class:`IntegrityError` for any other tag or a bad link."""
     value = tag.value
+    if (
+        tag.tag == _LINK_TAG
+        and type(value) is bytes
+        and len(value) == 37
+        and value[:5] in _COMMON_LINK_STARTS
+    ):
+        return CID(value[1:])
+    if tag.tag != _LINK_TAG:
+        raise IntegrityError(
+            f"DAG-CBOR allows only tag 42 (links), found tag {tag.tag}; "
+            "the block was not written by a DAG-CBOR encoder"
+        )
     if not isinstance(value, bytes) or not value or value[0] != 0:
-        raise IntegrityError("a tag-42 link must hold bytes starting with 0x00")
-    return CID(value[1:])
+        raise IntegrityError(
+            f"a tag-42 link must hold bytes starting with 0x00, found {value!r:.80}"
+        )
+    try:
+        return CID.from_bytes(value[1:])
+    except UsageError as exc:
+        raise IntegrityError(f"a tag-42 link holds {exc}") from None
+
+
+def _tag_hook_v6(tag: cbor2.CBORTag, _immutable: bool) -> CID:
+    value = tag.value
+    # The common case inline: a hook call per link is most of a node's decode time.
+    if (
+        tag.tag == _LINK_TAG
+        and type(value) is bytes
+        and len(value) == 37
+        and value[:5] in _COMMON_LINK_STARTS
+    ):
+        return CID(value[1:])
+    return _link(tag)
+
+
+def _tag_hook_v5(_decoder: Any, tag: cbor2.CBORTag, *_: Any) -> CID:
+    return _link(tag)
+
+
+def _refuse_builtin_tag(tag: int) -> Callable[[Any, bool], Any]:
+    def refuse(_value: Any, _immutable: bool) -> Any:
+        raise IntegrityError(
+            f"DAG-CBOR allows only tag 42 (links), found tag {tag}; "
+            "the block was not written by a DAG-CBOR encoder"
+        )
+
+    return refuse
+
+
+#: Tags cbor2 6 decodes by itself without asking the tag hook (dates, bignums,
+#: decimals, shared values, string references, sets, ...): found by probing
+#: every tag below 70000 (tests/blocks/test_codec.py repeats the probe).
+_CBOR2_BUILTIN_TAGS: Final = (
+    0, 1, 2, 3, 4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100, 256, 258, 260, 261, 1004,
+    43000, 55799,
+)  # fmt: skip
+
+_CBOR2_MAJOR: Final = int(importlib.metadata.version("cbor2").split(".", 1)[0])
+
+_LOADS_OPTIONS: Final[dict[str, Any]] = (
+    {
+        "tag_hook": _tag_hook_v6,
+        "semantic_decoders": {tag: _refuse_builtin_tag(tag) for tag in _CBOR2_BUILTIN_TAGS},
+    }
+    if _CBOR2_MAJOR >= 6
+    else {"tag_hook": _tag_hook_v5}  # cbor2 5: built-in tags are refused by strict mode only
+)
 
 
 def decode_node(data: bytes, *, strict: bool = False) -> Any:
     """Decode DAG-CBOR bytes; links come back as :class:`CID` objects.
 
-    Duplicate map keys and indefinite lengths are always rejected. With
-    ``strict=True`` the bytes must also be exactly the canonical encoding
-    (key order, shortest integers, 64-bit floats): use it on blocks from
-    outside, where the hash check alone does not prove canonical form.
-    Failures raise :class:`IntegrityError`.
+    Duplicate map keys, indefinite lengths and tags other than 42 are always
+    rejected. With ``strict=True`` the bytes must also be exactly the
+    canonical encoding (key order, shortest integers, 64-bit floats, string
+    keys): use it on blocks from outside, where the hash check alone does not
+    prove canonical form. Failures raise :class:`IntegrityError`.
     """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise UsageError(f"decode_node wants bytes, got {type(data).__name__}")
     try:
         node = cbor2.loads(
-            data, tag_hook=_tag_hook, allow_duplicate_keys=False, allow_indefinite=False
+            data, allow_duplicate_keys=False, allow_indefinite=False, **_LOADS_OPTIONS
         )
     except IntegrityError:
         raise
-    except (cbor2.CBORDecodeError, ValueError, TypeError, EOFError) as exc:
+    except cbor2.CBORDecodeError as exc:
+        # cbor2 wraps what the tag hook raised; keep the hook's own message.
+        if isinstance(exc.__cause__, IntegrityError):
+            raise exc.__cause__ from None
+        raise IntegrityError(f"malformed DAG-CBOR block: {exc}") from None
+    except RecursionError:
+        raise IntegrityError("malformed DAG-CBOR block: nested too deeply to decode") from None
+    except (ValueError, TypeError, EOFError) as exc:
         raise IntegrityError(f"malformed DAG-CBOR block: {exc}") from None
     if strict:
         _check_strict(node)
@@ -141,7 +150,10 @@ def decode_node(data: bytes, *, strict: bool = False) -> Any:
         except UsageError as exc:
             raise IntegrityError(f"block is not valid DAG-CBOR: {exc}") from None
         if canonical != data:
-            raise IntegrityError("block is not in canonical DAG-CBOR form")
+            raise IntegrityError(
+                "block is not in canonical DAG-CBOR form (key order, shortest integers "
+                "or 64-bit floats differ); re-encode it with a DAG-CBOR encoder"
+            )
     return node
 
 
