@@ -72,7 +72,7 @@ _SCALAR_TYPES: dict[type, pa.DataType] = {
     bytes: pa.binary(),
 }
 _SUPPORTED_VALUES = (
-    "None, bool, int, float, str, bytes, list, tuple, dict, datetime, date, Decimal, UUID"
+    "None, bool, int, float, str, bytes, list, tuple, dict, set, datetime, date, Decimal, UUID"
 )
 _RowName = Callable[[int], str]
 _IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -238,7 +238,9 @@ def _native_type(kinds: set[type], present: list[Any]) -> pa.DataType | None:
         naive = {value.utcoffset() is None for value in present}
         if naive == {True}:
             return pa.timestamp("us")
-        return pa.timestamp("us", tz="UTC") if naive == {False} else None
+        if naive == {False} and all(_utc_representable(value) for value in present):
+            return pa.timestamp("us", tz="UTC")
+        return None
     if kind is list:
         items = [item for value in present for item in value if item is not None]
         item_kinds = {type(item) for item in items}
@@ -247,6 +249,15 @@ def _native_type(kinds: set[type], present: list[Any]) -> pa.DataType | None:
         item_type = _native_type(item_kinds, items)
         return None if item_type is None else pa.list_(item_type)
     return None
+
+
+def _utc_representable(value: datetime.datetime) -> bool:
+    """False for the few aware datetimes whose UTC time falls outside years 1 to 9999."""
+    try:
+        value.astimezone(_UTC)
+    except OverflowError:
+        return False
+    return True
 
 
 def _cbor_array(name: str, values: list[Any], row: _RowName) -> pa.Array:
