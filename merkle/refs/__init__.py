@@ -1,0 +1,36 @@
+"""The ref manager: version journals with compare-and-set, leases and the GC lock.
+
+This is the lake's consensus layer, built on ``ObjectStore.put_if_absent``
+alone: :class:`RefManager` commits and reads database versions,
+:class:`LeaseManager` grants reader and writer leases and the GC lock.
+See ``doc/refs.md`` for the formats and protocols.
+"""
+
+from merkle.refs.entry import JournalEntry
+from merkle.refs.errors import (
+    JournalConflictError,
+    JournalIndeterminateError,
+    LeaseExpiredError,
+    LockHeldError,
+)
+from merkle.refs.gclock import GCLock, LockState, WritersBusyError
+from merkle.refs.journal import RefManager
+from merkle.refs.leases import DEFAULT_SKEW_MARGIN, DEFAULT_WRITER_WAIT, Lease, LeaseManager
+from merkle.refs.names import check_db_name
+
+__all__ = [
+    "DEFAULT_SKEW_MARGIN",
+    "DEFAULT_WRITER_WAIT",
+    "GCLock",
+    "JournalConflictError",
+    "JournalEntry",
+    "JournalIndeterminateError",
+    "Lease",
+    "LeaseExpiredError",
+    "LeaseManager",
+    "LockHeldError",
+    "LockState",
+    "RefManager",
+    "WritersBusyError",
+    "check_db_name",
+]

@@ -1,0 +1,266 @@
+"""The journal's stored format: entry keys, entries, tombstones of trimmed entries.
+
+Entry ``n`` of database ``db`` lives at ``refs/<db>/<n:020d>`` as a DAG-CBOR
+map::
+
+    {type: "merkle/journal-entry", v: 1, db, version: n, root: link | null,
+     parent: n-1 | null, time: microseconds since the epoch (UTC),
+     author, message, meta: {...}, forked_from: {db, version} | null}
+
+Trimming replaces an entry with a small tombstone at the same key::
+
+    {type: "merkle/journal-trimmed", v: 1, db, version: n, time}
+
+so a slot once used is never free again (see ``doc/refs.md``: a slot that
+could be created a second time would let a stalled writer fork the journal).
+Every decode checks the type, format version, database and version number
+against the key, so a misplaced or damaged object is an :class:`IntegrityError`
+naming its key, never a wrong answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from merkle.blocks.cid import CID
+from merkle.blocks.codec import NODE_VERSION, decode_node, encode_node
+from merkle.errors import IntegrityError, UsageError
+
+__all__ = [
+    "ENTRY_TYPE",
+    "TRIMMED_TYPE",
+    "JournalEntry",
+    "TrimmedEntry",
+    "as_utc",
+    "decode_slot",
+    "encode_entry",
+    "encode_trimmed",
+    "entry_key",
+    "from_micros",
+    "head_key",
+    "journal_prefix",
+    "parse_entry_key",
+    "to_micros",
+    "trimmed_key",
+]
+
+ENTRY_TYPE = "merkle/journal-entry"
+TRIMMED_TYPE = "merkle/journal-trimmed"
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_VERSION_DIGITS = 20
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """One committed version of a database, as the journal records it.
+
+    ``root`` is the CID string of the database root block, or None for a
+    drop. ``parent`` is the previous entry's version (None for entry 0).
+    ``time`` is tz-aware UTC and never earlier than the parent's time.
+    ``forked_from`` is ``{"db": name, "version": n}`` for a clone.
+    """
+
+    db: str
+    version: int
+    root: str | None
+    parent: int | None
+    time: datetime
+    author: str | None = None
+    message: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    forked_from: dict[str, Any] | None = None
+
+    @property
+    def dropped(self) -> bool:
+        """Whether this entry drops the database (its root is null)."""
+        return self.root is None
+
+    def __hash__(self) -> int:
+        return hash((self.db, self.version, self.root, self.time))
+
+
+@dataclass(frozen=True)
+class TrimmedEntry:
+    """What is left of an entry that retention removed: where it was, and when."""
+
+    db: str
+    version: int
+    time: datetime
+
+
+# -- keys ------------------------------------------------------------------------
+
+
+def journal_prefix(db: str) -> str:
+    """The key prefix under which every object of ``db``'s journal lives."""
+    return f"refs/{db}/"
+
+
+def entry_key(db: str, version: int) -> str:
+    """The key of entry ``version`` of ``db`` (zero-padded, so keys sort by version)."""
+    return f"refs/{db}/{version:0{_VERSION_DIGITS}d}"
+
+
+def head_key(db: str) -> str:
+    """The key of ``db``'s HEAD hint (a copy of a recent entry)."""
+    return f"refs/{db}/HEAD"
+
+
+def trimmed_key(db: str) -> str:
+    """The key of ``db``'s retention marker (the oldest version kept)."""
+    return f"refs/{db}/TRIMMED"
+
+
+def parse_entry_key(db: str, key: str) -> int | None:
+    """The version an entry key names, or None for HEAD, TRIMMED and strangers."""
+    tail = key[len(journal_prefix(db)) :]
+    if len(tail) == _VERSION_DIGITS and tail.isascii() and tail.isdigit():
+        return int(tail)
+    return None
+
+
+# -- time ------------------------------------------------------------------------
+
+
+def as_utc(when: datetime) -> datetime:
+    """``when`` as tz-aware UTC; a naive datetime is taken to be UTC already."""
+    if not isinstance(when, datetime):
+        raise UsageError(f"expected a datetime, got {type(when).__name__}")
+    if when.tzinfo is None:
+        return when.replace(tzinfo=UTC)
+    return when.astimezone(UTC)
+
+
+def to_micros(when: datetime) -> int:
+    """Microseconds since the epoch: exact, unlike a float of seconds."""
+    delta = as_utc(when) - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_micros(micros: int) -> datetime:
+    """The tz-aware UTC datetime of ``micros`` microseconds since the epoch."""
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+# -- encoding --------------------------------------------------------------------
+
+
+def encode_entry(entry: JournalEntry) -> bytes:
+    """The stored bytes of ``entry`` (deterministic DAG-CBOR)."""
+    return encode_node(
+        {
+            "type": ENTRY_TYPE,
+            "v": NODE_VERSION,
+            "db": entry.db,
+            "version": entry.version,
+            "root": None if entry.root is None else CID.parse(entry.root),
+            "parent": entry.parent,
+            "time": to_micros(entry.time),
+            "author": entry.author,
+            "message": entry.message,
+            "meta": entry.meta,
+            "forked_from": entry.forked_from,
+        }
+    )
+
+
+def encode_trimmed(entry: JournalEntry | TrimmedEntry) -> bytes:
+    """The tombstone that replaces ``entry`` when retention removes it."""
+    return encode_node(
+        {
+            "type": TRIMMED_TYPE,
+            "v": NODE_VERSION,
+            "db": entry.db,
+            "version": entry.version,
+            "time": to_micros(entry.time),
+        }
+    )
+
+
+# -- decoding --------------------------------------------------------------------
+
+
+class _Fields:
+    """Typed access to a decoded node's fields; failures name the object's key."""
+
+    def __init__(self, node: dict[str, Any], key: str) -> None:
+        self.node = node
+        self.key = key
+
+    def fail(self, problem: str) -> IntegrityError:
+        return IntegrityError(
+            f"journal object {self.key!r} is damaged: {problem}; restore it from a backup "
+            "or remove the database's damaged history"
+        )
+
+    def get(self, name: str, kinds: type | tuple[type, ...], *, optional: bool = False) -> Any:
+        if name not in self.node:
+            raise self.fail(f"field {name!r} is missing")
+        value = self.node[name]
+        if value is None and optional:
+            return None
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in _tuple(kinds)):
+            raise self.fail(f"field {name!r} holds {type(value).__name__} {value!r}")
+        return value
+
+
+def _tuple(kinds: type | tuple[type, ...]) -> tuple[type, ...]:
+    return kinds if isinstance(kinds, tuple) else (kinds,)
+
+
+def decode_slot(data: bytes, key: str, db: str, version: int | None) -> JournalEntry | TrimmedEntry:
+    """Decode the object at a journal slot (an entry or a tombstone) and check it.
+
+    ``version`` is the version the key names (None for the HEAD hint, whose
+    copy names its own). Anything that does not fit is an
+    :class:`IntegrityError` naming ``key``.
+    """
+    try:
+        node = decode_node(data)
+    except IntegrityError as exc:
+        raise IntegrityError(
+            f"journal object {key!r} is damaged: it does not decode ({exc}); restore it "
+            "from a backup or remove the database's damaged history"
+        ) from None
+    if not isinstance(node, dict):
+        raise _Fields({}, key).fail(f"it holds a {type(node).__name__}, not a map")
+    fields = _Fields(node, key)
+    kind = node.get("type")
+    if kind not in (ENTRY_TYPE, TRIMMED_TYPE):
+        raise fields.fail(f"its type is {kind!r}, expected {ENTRY_TYPE!r}")
+    if node.get("v") != NODE_VERSION:
+        raise IntegrityError(
+            f"journal object {key!r} has format version {node.get('v')!r}; this merkle-db "
+            f"reads version {NODE_VERSION}: upgrade merkle-db to read it"
+        )
+    if fields.get("db", str) != db:
+        raise fields.fail(f"it belongs to database {node['db']!r}, not {db!r}")
+    found = fields.get("version", int)
+    if found < 0 or (version is not None and found != version):
+        raise fields.fail(f"it holds version {found}, but its key names version {version}")
+    micros = fields.get("time", int)
+    if kind == TRIMMED_TYPE:
+        return TrimmedEntry(db, found, from_micros(micros))
+    root = fields.get("root", CID, optional=True)
+    parent = fields.get("parent", int, optional=True)
+    if (found == 0) != (parent is None) or (parent is not None and parent != found - 1):
+        raise fields.fail(f"version {found} names parent {parent!r}")
+    forked = fields.get("forked_from", dict, optional=True)
+    if forked is not None:
+        inner = _Fields(forked, key)
+        inner.get("db", str)
+        inner.get("version", int)
+    return JournalEntry(
+        db=db,
+        version=found,
+        root=None if root is None else str(root),
+        parent=parent,
+        time=from_micros(micros),
+        author=fields.get("author", str, optional=True),
+        message=fields.get("message", str, optional=True),
+        meta=fields.get("meta", dict),
+        forked_from=forked,
+    )

@@ -1,0 +1,70 @@
+"""Errors of the ref manager that carry the facts a caller needs to react.
+
+Each is a subclass of the matching :mod:`merkle.errors` class, so callers
+that only know the base classes keep working; the attributes let the
+database layer reload, retry or report without parsing messages.
+"""
+
+from __future__ import annotations
+
+from merkle.errors import CommitIndeterminateError, ConflictError
+
+__all__ = [
+    "JournalConflictError",
+    "JournalIndeterminateError",
+    "LeaseExpiredError",
+    "LockHeldError",
+]
+
+
+class JournalConflictError(ConflictError):
+    """A commit lost: the journal of ``db`` is not at ``expected`` but at ``found``.
+
+    ``expected`` is None when the caller meant to create the database;
+    ``found`` is None when the database does not exist.
+    """
+
+    def __init__(self, db: str, expected: int | None, found: int | None, detail: str = "") -> None:
+        want = "absent (a create)" if expected is None else f"at version {expected}"
+        have = "absent" if found is None else f"at version {found}"
+        extra = f" ({detail})" if detail else ""
+        super().__init__(
+            f"commit to database {db!r} lost a race: expected the journal {want}, found it "
+            f"{have}{extra}; reload the head and retry or replay your changes"
+        )
+        self.db = db
+        self.expected = expected
+        self.found = found
+
+
+class JournalIndeterminateError(CommitIndeterminateError):
+    """The store could not say whether entry ``version`` of ``db`` was written.
+
+    Read ``RefManager.get(db, version)`` later: if it holds ``root`` (and
+    your author, message and time), the commit happened; if it holds
+    something else, it did not; if it is still absent, the request may
+    still land and the question stays open.
+    """
+
+    def __init__(self, db: str, version: int, root: str | None, cause: BaseException) -> None:
+        super().__init__(
+            f"the commit of version {version} of database {db!r} may or may not have been "
+            f"written ({cause}); read version {version} of {db!r} to learn whether it holds "
+            f"root {root}, and do not assume either outcome before that"
+        )
+        self.db = db
+        self.version = version
+        self.root = root
+
+
+class LeaseExpiredError(ConflictError):
+    """A lease or the GC lock expired (by its holder's clock and margin) or was taken over."""
+
+
+class LockHeldError(ConflictError):
+    """The GC lock is held by someone else and did not come free within the wait."""
+
+    def __init__(self, message: str, *, holder: str, expires: float) -> None:
+        super().__init__(message)
+        self.holder = holder
+        self.expires = expires
