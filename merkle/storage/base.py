@@ -29,7 +29,10 @@ from merkle.errors import NotFoundError, UsageError
 __all__ = [
     "ObjectInfo",
     "ObjectStore",
+    "check_data",
     "check_key",
+    "check_prefix",
+    "check_range",
     "open_store",
     "register_scheme",
     "supported_schemes",
@@ -66,6 +69,35 @@ def check_data(key: str, data: object) -> bytes:
     if isinstance(data, (bytearray, memoryview)):
         return bytes(data)
     raise UsageError(f"data for {key!r} must be bytes, got {type(data).__name__}")
+
+
+def check_prefix(prefix: object, *, directory: bool = False) -> str:
+    """Return a listing ``prefix`` or raise :class:`UsageError`.
+
+    With ``directory`` the prefix must be empty or end with ``/`` (as
+    :meth:`ObjectStore.list_prefixes` wants).
+    """
+    if not isinstance(prefix, str):
+        raise UsageError(f"a listing prefix must be a string, got {prefix!r}")
+    if directory and prefix and not prefix.endswith("/"):
+        raise UsageError(f"list_prefixes wants a prefix ending with '/', got {prefix!r}")
+    return prefix
+
+
+def check_range(key: str, start: object, length: object) -> tuple[int, int]:
+    """Return ``(start, length)`` of a ranged read or raise :class:`UsageError` naming ``key``."""
+    if (
+        isinstance(start, int)
+        and isinstance(length, int)
+        and not isinstance(start, bool)
+        and not isinstance(length, bool)
+        and start >= 0
+        and length >= 0
+    ):
+        return start, length
+    raise UsageError(
+        f"range of {key!r} must be two non-negative integers, got {start!r}+{length!r}"
+    )
 
 
 class ObjectStore(ABC):

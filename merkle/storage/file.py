@@ -21,7 +21,14 @@ from typing import Any
 from urllib.parse import SplitResult, unquote
 
 from merkle.errors import NotFoundError, StorageError, UsageError
-from merkle.storage.base import ObjectInfo, ObjectStore, check_data, check_key
+from merkle.storage.base import (
+    ObjectInfo,
+    ObjectStore,
+    check_data,
+    check_key,
+    check_prefix,
+    check_range,
+)
 
 __all__ = ["FileStore"]
 
@@ -84,8 +91,7 @@ class FileStore(ObjectStore):
             raise StorageError(f"cannot read {key!r} in {self.uri}: {exc}") from exc
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        if start < 0 or length < 0:
-            raise UsageError(f"range of {key!r} must be non-negative, got {start}+{length}")
+        start, length = check_range(key, start, length)
         try:
             with open(self._path(key), "rb") as f:
                 f.seek(start)
@@ -105,7 +111,7 @@ class FileStore(ObjectStore):
         return ObjectInfo(key, st.st_size, st.st_mtime)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        directory, _, _ = prefix.rpartition("/")
+        directory, _, _ = check_prefix(prefix).rpartition("/")
         base = os.path.join(self.root, *directory.split("/")) if directory else self.root
         yield from self._walk(base, directory + "/" if directory else "", prefix)
 
@@ -137,8 +143,7 @@ class FileStore(ObjectStore):
                 yield ObjectInfo(key, st.st_size, st.st_mtime)
 
     def list_prefixes(self, prefix: str = "") -> builtins.list[str]:
-        if prefix and not prefix.endswith("/"):
-            raise UsageError(f"list_prefixes wants a prefix ending with '/', got {prefix!r}")
+        check_prefix(prefix, directory=True)
         path = os.path.join(self.root, *prefix.rstrip("/").split("/")) if prefix else self.root
         try:
             names = os.listdir(path)
@@ -160,10 +165,29 @@ class FileStore(ObjectStore):
             try:
                 os.mkdir(created)
             except FileExistsError:
-                continue
+                if not os.path.isdir(created):
+                    raise self._not_a_directory(created) from None
+                continue  # another thread or process made it
+            except NotADirectoryError:
+                raise self._not_a_directory(created) from None
             self._sync_dir(os.path.dirname(created))
         with self._dirs_lock:
             self._dirs_known.add(directory)
+
+    def _key_of(self, path: str) -> str:
+        return os.path.relpath(path, self.root).replace(os.sep, "/")
+
+    def _not_a_directory(self, path: str) -> UsageError:
+        return UsageError(
+            f"{self._key_of(path)!r} in {self.uri} is an object, so no key can continue it "
+            "with '/': a file store cannot hold both 'a' and 'a/b'"
+        )
+
+    def _is_a_directory(self, path: str) -> UsageError:
+        return UsageError(
+            f"{self._key_of(path)!r} in {self.uri} is a directory of other keys, so it cannot "
+            "be an object too: a file store cannot hold both 'a' and 'a/b'"
+        )
 
     def _sync_dir(self, directory: str) -> None:
         if not self.fsync:
@@ -197,24 +221,60 @@ class FileStore(ObjectStore):
         self.put_many([(key, data)])
 
     def put_many(self, items: Iterable[tuple[str, bytes]]) -> None:
+        """Write every object to a durable temp file, then rename them all, then sync the dirs.
+
+        No key changes until every new byte is on disk, and all keys are
+        durable when this returns.
+        """
         staged = [(self._path(key), check_data(key, data)) for key, data in items]
         if not staged:
             return
+        for path, _ in staged:
+            if os.path.isdir(path):
+                raise self._is_a_directory(path)
+        temps: builtins.list[str | BaseException] = self.map_bulk(
+            lambda pd: self._try_write_temp(pd[0], pd[1]), staged
+        )
+        failed = [t for t in temps if isinstance(t, BaseException)]
+        if failed:
+            for tmp in temps:
+                if isinstance(tmp, str):
+                    _unlink_quietly(tmp)
+            if isinstance(failed[0], UsageError):
+                raise failed[0]
+            raise StorageError(f"cannot write to {self.uri}: {failed[0]}") from failed[0]
+        renamed = 0
         try:
-            temps: builtins.list[str] = self.map_bulk(
-                lambda pd: self._write_temp(pd[0], pd[1]), staged
-            )
+            for (path, _), tmp in zip(staged, temps, strict=True):
+                assert isinstance(tmp, str)
+                os.replace(tmp, path)
+                renamed += 1
         except OSError as exc:
-            raise StorageError(f"cannot write to {self.uri}: {exc}") from exc
-        for (path, _), tmp in zip(staged, temps, strict=True):
-            os.replace(tmp, path)
+            for tmp in temps[renamed:]:
+                assert isinstance(tmp, str)
+                _unlink_quietly(tmp)
+            key = self._key_of(staged[renamed][0])
+            raise StorageError(
+                f"cannot write {key!r} to {self.uri}: {exc} ({renamed} of {len(staged)} "
+                "objects were written)",
+                definite=renamed == 0,
+            ) from exc
         for directory in sorted({os.path.dirname(path) for path, _ in staged}):
             self._sync_dir(directory)
+
+    def _try_write_temp(self, path: str, data: bytes) -> str | BaseException:
+        """:meth:`_write_temp`, returning the error instead of raising it (for cleanup)."""
+        try:
+            return self._write_temp(path, data)
+        except (OSError, UsageError) as exc:
+            return exc
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
         path = self._path(key)
         data = check_data(key, data)
         if os.path.lexists(path):
+            if os.path.isdir(path):
+                raise self._is_a_directory(path)
             return False
         try:
             tmp = self._write_temp(path, data)
@@ -230,8 +290,15 @@ class FileStore(ObjectStore):
         return True
 
     def touch(self, key: str) -> None:
+        self.set_mtime(key, None)
+
+    def set_mtime(self, key: str, mtime: float | None) -> None:
+        """Set ``key``'s modification time (None: now); tests backdate objects with it."""
+        path = self._path(key)
+        if not os.path.isfile(path):
+            raise self._missing(key)
         try:
-            os.utime(self._path(key))
+            os.utime(path, None if mtime is None else (mtime, mtime))
         except (FileNotFoundError, NotADirectoryError):
             raise self._missing(key) from None
 

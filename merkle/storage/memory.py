@@ -17,7 +17,14 @@ from typing import Any
 from urllib.parse import SplitResult
 
 from merkle.errors import NotFoundError, UsageError
-from merkle.storage.base import ObjectInfo, ObjectStore, check_data, check_key
+from merkle.storage.base import (
+    ObjectInfo,
+    ObjectStore,
+    check_data,
+    check_key,
+    check_prefix,
+    check_range,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -61,25 +68,28 @@ class MemoryStore(ObjectStore):
 
     # -- reads ---------------------------------------------------------------
 
+    def _missing(self, key: str) -> NotFoundError:
+        return NotFoundError(f"no object {key!r} in {self.uri}")
+
     def get(self, key: str) -> bytes:
         try:
-            return self._objects[key][0]
+            return self._objects[check_key(key)][0]
         except KeyError:
-            raise NotFoundError(f"no object {key!r} in {self.uri}") from None
+            raise self._missing(key) from None
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        if start < 0 or length < 0:
-            raise UsageError(f"range of {key!r} must be non-negative, got {start}+{length}")
+        start, length = check_range(key, start, length)
         return self.get(key)[start : start + length]
 
     def stat(self, key: str) -> ObjectInfo:
         try:
-            data, mtime = self._objects[key]
+            data, mtime = self._objects[check_key(key)]
         except KeyError:
-            raise NotFoundError(f"no object {key!r} in {self.uri}") from None
+            raise self._missing(key) from None
         return ObjectInfo(key, len(data), mtime)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        check_prefix(prefix)
         with self._lock:
             start = bisect.bisect_left(self._keys, prefix)
             found = []
@@ -91,12 +101,9 @@ class MemoryStore(ObjectStore):
         yield from found
 
     def list_prefixes(self, prefix: str = "") -> builtins.list[str]:
-        names: builtins.list[str] = []
-        for info in self.list(prefix):
-            head = info.key[len(prefix) :].split("/", 1)[0]
-            if not names or names[-1] != head:
-                names.append(head)
-        return names
+        check_prefix(prefix, directory=True)
+        # A set: key "a" sorts before "a-b", which sorts before "a/c".
+        return sorted({info.key[len(prefix) :].split("/", 1)[0] for info in self.list(prefix)})
 
     # -- writes --------------------------------------------------------------
 
@@ -119,20 +126,20 @@ class MemoryStore(ObjectStore):
             return True
 
     def touch(self, key: str) -> None:
+        self.set_mtime(key, time.time())
+
+    def set_mtime(self, key: str, mtime: float) -> None:
+        """Backdate or forward ``key``'s modification time (tests of GC grace periods)."""
+        check_key(key)
         with self._lock:
             try:
                 data, _ = self._objects[key]
             except KeyError:
-                raise NotFoundError(f"no object {key!r} in {self.uri}") from None
-            self._objects[key] = (data, time.time())
-
-    def set_mtime(self, key: str, mtime: float) -> None:
-        """Backdate or forward ``key``'s modification time (tests of GC grace periods)."""
-        with self._lock:
-            data, _ = self._objects[key]
+                raise self._missing(key) from None
             self._objects[key] = (data, mtime)
 
     def delete(self, key: str) -> None:
+        check_key(key)
         with self._lock:
             if self._objects.pop(key, None) is not None:
                 index = bisect.bisect_left(self._keys, key)

@@ -1,0 +1,529 @@
+"""An object store in an S3 bucket (AWS S3, MinIO, moto, or any S3-compatible store).
+
+``s3://bucket/prefix`` keeps every key under ``prefix/`` in ``bucket``. One
+boto3 client serves the store and is shared by its I/O threads (clients are
+thread-safe; sessions are not). Botocore's own retries are switched off: every
+request goes through one retry loop here (exponential backoff with full
+jitter on throttling, 5xx and connection errors) so that the store always
+knows whether a failed write may still have happened, which
+``put_if_absent`` needs to be exact and which ``StorageError.definite``
+reports.
+
+``put_if_absent`` is ``PutObject`` with ``If-None-Match: *``: S3 creates the
+object only if the key is free and answers 412 otherwise, so exactly one of
+any number of concurrent writers wins. If an attempt's outcome is unknown
+(timeout, 5xx, connection dropped after sending) and a later attempt gets
+412, the store reads the object back: the same bytes mean the earlier attempt
+won (or someone stored identical content), different bytes mean another
+writer did.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
+from urllib.parse import SplitResult, unquote
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from merkle.errors import NotFoundError, StorageError, UsageError
+from merkle.storage.base import (
+    ObjectInfo,
+    ObjectStore,
+    check_data,
+    check_key,
+    check_prefix,
+    check_range,
+)
+from merkle.storage.s3_retry import (
+    Failure,
+    backoff_delay,
+    classify,
+    error_code,
+    http_status,
+    is_not_found,
+)
+
+__all__ = ["S3Store"]
+
+_T = TypeVar("_T")
+
+#: S3's limit of keys in one DeleteObjects request.
+DELETE_BATCH = 1000
+
+# 3-63 characters of lowercase letters, digits, dots and hyphens, starting and
+# ending with a letter or digit, no "..", not an IPv4 address.
+_BUCKET_RE = re.compile(
+    r"(?!xn--)(?!.*\.\.)(?!\d+\.\d+\.\d+\.\d+$)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
+)
+
+_OPTIONS = (
+    "endpoint_url",
+    "region_name",
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+    "bulk_workers",
+    "max_attempts",
+    "retry_base_delay",
+    "connect_timeout",
+    "read_timeout",
+)
+
+_CREDENTIAL_CODES = frozenset(
+    {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"}
+)
+
+
+class S3Store(ObjectStore):
+    """Objects in ``bucket`` under ``prefix``; see the module doc for the guarantees.
+
+    ``max_attempts`` bounds the tries of every request (1 disables retries);
+    the wait before retry *n* is uniform in ``[0, min(5 s, retry_base_delay *
+    2**n)]``. ``bulk_workers`` threads run ``get_many``, ``put_many``,
+    ``delete_many`` and ``map_bulk``. Credentials not given here come from
+    boto3's usual chain (environment, profile, instance role).
+    """
+
+    schemes = ("s3",)
+
+    #: Longest wait between two attempts, in seconds.
+    retry_max_delay: float = 5.0
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region_name: str | None = None,
+        aws_access_key_id: str | None = None,
+        aws_secret_access_key: str | None = None,
+        aws_session_token: str | None = None,
+        bulk_workers: int = 16,
+        max_attempts: int = 8,
+        retry_base_delay: float = 0.05,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 60.0,
+    ) -> None:
+        if not isinstance(bucket, str) or not _BUCKET_RE.fullmatch(bucket):
+            raise UsageError(
+                f"invalid S3 bucket name {bucket!r}: use 3-63 lowercase letters, digits, "
+                "dots and hyphens, starting and ending with a letter or digit"
+            )
+        prefix = prefix.strip("/") if isinstance(prefix, str) else prefix
+        if prefix:
+            try:
+                check_key(prefix)
+            except UsageError as exc:
+                raise UsageError(f"invalid prefix in s3://{bucket}/{prefix}: {exc}") from None
+        if endpoint_url is not None and (
+            not isinstance(endpoint_url, str)
+            or not endpoint_url.startswith(("http://", "https://"))
+        ):
+            raise UsageError(
+                f"endpoint_url must be an http:// or https:// URL, got {endpoint_url!r}"
+            )
+        _check_number("bulk_workers", bulk_workers, minimum=1, integral=True)
+        _check_number("max_attempts", max_attempts, minimum=1, integral=True)
+        _check_number("retry_base_delay", retry_base_delay, minimum=0)
+        _check_number("connect_timeout", connect_timeout, minimum=0, exclusive=True)
+        _check_number("read_timeout", read_timeout, minimum=0, exclusive=True)
+
+        self.bucket = bucket
+        self.prefix = prefix + "/" if prefix else ""
+        self.endpoint_url = endpoint_url
+        self.region_name = region_name
+        self.bulk_workers = bulk_workers
+        self.max_attempts = max_attempts
+        self.retry_base_delay = retry_base_delay
+        self._credentials = {
+            name: value
+            for name, value in (
+                ("aws_access_key_id", aws_access_key_id),
+                ("aws_secret_access_key", aws_secret_access_key),
+                ("aws_session_token", aws_session_token),
+            )
+            if value is not None
+        }
+        self._timeouts = {"connect_timeout": connect_timeout, "read_timeout": read_timeout}
+        self._bucket_seen = False
+
+        config = Config(
+            # Retries are ours (see the module doc): one attempt per botocore call.
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            max_pool_connections=bulk_workers + 4,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            # Custom endpoints (MinIO, moto) rarely resolve bucket subdomains.
+            s3={"addressing_style": "path"} if endpoint_url else None,
+        )
+        session = boto3.session.Session(region_name=region_name, **self._credentials)
+        self._client: Any = session.client("s3", endpoint_url=endpoint_url, config=config)
+
+    @classmethod
+    def from_uri(cls, parts: SplitResult, options: Mapping[str, Any]) -> S3Store:
+        uri = parts.geturl()
+        if parts.query or parts.fragment:
+            raise UsageError(
+                f"malformed S3 URI {uri!r}: no query or fragment; pass options as keyword "
+                "arguments (endpoint_url=..., region_name=...)"
+            )
+        if not parts.netloc:
+            raise UsageError(f"malformed S3 URI {uri!r}: name a bucket, e.g. s3://my-bucket/lake")
+        unknown = set(options) - set(_OPTIONS)
+        if unknown:
+            raise UsageError(
+                f"unknown options for s3://: {sorted(unknown)}; accepted: {', '.join(_OPTIONS)}"
+            )
+        return cls(parts.netloc, unquote(parts.path), **options)
+
+    @property
+    def uri(self) -> str:
+        return (
+            f"s3://{self.bucket}/{self.prefix.rstrip('/')}"
+            if self.prefix
+            else f"s3://{self.bucket}"
+        )
+
+    @property
+    def client(self) -> Any:
+        """The boto3 S3 client of this store (tests hook its events to inject faults)."""
+        return self._client
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint URL requests go to."""
+        return str(self._client.meta.endpoint_url)
+
+    def reopen_options(self) -> dict[str, Any]:
+        # Explicit credentials travel with a pickled store (Spark executors need
+        # them); credentials from boto3's chain are looked up again on the other side.
+        return {
+            "endpoint_url": self.endpoint_url,
+            "region_name": self.region_name,
+            **self._credentials,
+            "bulk_workers": self.bulk_workers,
+            "max_attempts": self.max_attempts,
+            "retry_base_delay": self.retry_base_delay,
+            **self._timeouts,
+        }
+
+    def close(self) -> None:
+        super().close()
+        self._client.close()
+
+    # -- request plumbing ------------------------------------------------------
+
+    def _full(self, key: str) -> str:
+        return self.prefix + check_key(key)
+
+    def _describe(self, what: str) -> str:
+        return f"S3 {what} in {self.uri} at {self.endpoint}"
+
+    def _no_bucket(self) -> NotFoundError:
+        hint = f" --endpoint-url {self.endpoint_url}" if self.endpoint_url else ""
+        return NotFoundError(
+            f"S3 bucket {self.bucket!r} does not exist at {self.endpoint}; create it first "
+            f"(e.g. `aws s3 mb s3://{self.bucket}{hint}`) or fix the lake URI"
+        )
+
+    def _missing(self, key: str) -> NotFoundError:
+        """The error for a missing ``key``, or for the bucket if that is what is missing.
+
+        A HEAD of a key in a missing bucket is a bare 404 like a missing key;
+        the first such answer is checked once against the bucket itself.
+        """
+        if not self._bucket_seen:
+            try:
+                self._client.head_bucket(Bucket=self.bucket)
+            except ClientError as exc:
+                if http_status(exc) == 404 or error_code(exc) == "NoSuchBucket":
+                    raise self._no_bucket() from None
+            except BotoCoreError:
+                pass  # cannot tell; report the key
+            else:
+                self._bucket_seen = True
+        return NotFoundError(f"no object {key!r} in {self.uri}")
+
+    def _failed(
+        self, what: str, exc: BaseException, failure: Failure, attempts: int, *, definite: bool
+    ) -> StorageError:
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
+        message = f"{self._describe(what)} failed{tries}: {exc}"
+        if failure.code in _CREDENTIAL_CODES:
+            message += "; check the credentials (boto3 chain or aws_* options) and bucket policy"
+        elif type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
+            message += (
+                "; set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, an AWS profile, "
+                "or pass aws_access_key_id= and aws_secret_access_key="
+            )
+        if not definite:
+            message += "; it may or may not have taken effect: read it back to find out"
+        return StorageError(message, definite=definite)
+
+    def _call(
+        self, what: str, request: Callable[[], _T], *, key: str | None = None, writes: bool = False
+    ) -> _T:
+        """Run ``request`` with retries; translate missing keys and buckets and failures.
+
+        ``writes`` says the request changes the bucket, so an attempt whose
+        outcome is unknown makes the final error indefinite.
+        """
+        uncertain = False
+        for attempt in range(self.max_attempts):
+            try:
+                result = request()
+            except (ClientError, BotoCoreError) as exc:
+                if isinstance(exc, ClientError):
+                    if error_code(exc) == "NoSuchBucket":
+                        raise self._no_bucket() from None
+                    if key is not None and is_not_found(exc):
+                        raise self._missing(key) from None
+                failure = classify(exc)
+                uncertain = uncertain or not failure.definite
+                if not failure.retryable or attempt + 1 == self.max_attempts:
+                    raise self._failed(
+                        what, exc, failure, attempt + 1, definite=not (writes and uncertain)
+                    ) from exc
+                time.sleep(backoff_delay(attempt, self.retry_base_delay, self.retry_max_delay))
+            else:
+                self._bucket_seen = True
+                return result
+        raise AssertionError("unreachable: max_attempts >= 1")
+
+    # -- reads ---------------------------------------------------------------
+
+    def get(self, key: str) -> bytes:
+        full = self._full(key)
+
+        def fetch() -> bytes:
+            response = self._client.get_object(Bucket=self.bucket, Key=full)
+            return bytes(response["Body"].read())
+
+        return self._call(f"get of {key!r}", fetch, key=key)
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        full = self._full(key)
+        start, length = check_range(key, start, length)
+        if length == 0:
+            self.stat(key)  # still NotFoundError for a missing key
+            return b""
+
+        def fetch() -> bytes:
+            try:
+                response = self._client.get_object(
+                    Bucket=self.bucket, Key=full, Range=f"bytes={start}-{start + length - 1}"
+                )
+            except ClientError as exc:
+                if error_code(exc) == "InvalidRange" or http_status(exc) == 416:
+                    return b""  # the object exists but ends before ``start``
+                raise
+            data = bytes(response["Body"].read())
+            if "ContentRange" not in response:  # a store that ignored the Range header
+                data = data[start : start + length]
+            return data
+
+        return self._call(f"ranged get of {key!r}", fetch, key=key)
+
+    def stat(self, key: str) -> ObjectInfo:
+        full = self._full(key)
+        response = self._call(
+            f"stat of {key!r}",
+            lambda: self._client.head_object(Bucket=self.bucket, Key=full),
+            key=key,
+        )
+        return ObjectInfo(key, int(response["ContentLength"]), response["LastModified"].timestamp())
+
+    def exists(self, key: str) -> bool:
+        full = self._full(key)
+
+        def probe() -> bool:
+            try:
+                self._client.head_object(Bucket=self.bucket, Key=full)
+            except ClientError as exc:
+                if is_not_found(exc):
+                    return False
+                raise
+            return True
+
+        found = self._call(f"exists of {key!r}", probe)
+        if not found:
+            self._missing(key)  # raises if it is the bucket that is missing
+        return found
+
+    def _pages(self, what: str, **request: Any) -> Iterator[dict[str, Any]]:
+        """The pages of a ListObjectsV2 request, each fetched with retries."""
+        token: str | None = None
+        while True:
+            call = functools.partial(self._client.list_objects_v2, Bucket=self.bucket, **request)
+            if token is not None:
+                call = functools.partial(call, ContinuationToken=token)
+            page: dict[str, Any] = self._call(what, call)
+            yield page
+            if not page.get("IsTruncated"):
+                return
+            token = page["NextContinuationToken"]
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        check_prefix(prefix)
+        strip = len(self.prefix)
+        # S3 lists keys in ascending UTF-8 byte order, the order the contract asks for.
+        for page in self._pages(f"list of {prefix!r}", Prefix=self.prefix + prefix):
+            for item in page.get("Contents", ()):
+                yield ObjectInfo(
+                    item["Key"][strip:], int(item["Size"]), item["LastModified"].timestamp()
+                )
+
+    def list_prefixes(self, prefix: str = "") -> builtins.list[str]:
+        check_prefix(prefix, directory=True)
+        full = self.prefix + prefix
+        names: set[str] = set()
+        for page in self._pages(f"listing of {prefix!r}", Prefix=full, Delimiter="/"):
+            names.update(
+                entry["Prefix"][len(full) : -1] for entry in page.get("CommonPrefixes", ())
+            )
+            names.update(item["Key"][len(full) :] for item in page.get("Contents", ()))
+        names.discard("")
+        return sorted(names)
+
+    # -- writes --------------------------------------------------------------
+
+    def put(self, key: str, data: bytes) -> None:
+        full = self._full(key)
+        body = check_data(key, data)
+        self._call(
+            f"put of {key!r}",
+            lambda: self._client.put_object(Bucket=self.bucket, Key=full, Body=body),
+            writes=True,
+        )
+
+    def put_many(self, items: Iterable[tuple[str, bytes]]) -> None:
+        # Check every key and value before the first write: bad input writes nothing.
+        pairs = [(check_key(key), check_data(key, data)) for key, data in items]
+        self.map_bulk(lambda pair: self.put(pair[0], pair[1]), pairs)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        full = self._full(key)
+        body = check_data(key, data)
+        what = f"conditional put of {key!r}"
+        uncertain = False  # an earlier attempt may have written the object
+        for attempt in range(self.max_attempts):
+            try:
+                self._client.put_object(Bucket=self.bucket, Key=full, Body=body, IfNoneMatch="*")
+            except (ClientError, BotoCoreError) as exc:
+                if isinstance(exc, ClientError):
+                    if error_code(exc) == "PreconditionFailed" or http_status(exc) == 412:
+                        return self._settle_precondition(key, body, uncertain=uncertain)
+                    if error_code(exc) == "NoSuchBucket":
+                        raise self._no_bucket() from None
+                failure = classify(exc)
+                uncertain = uncertain or not failure.definite
+                if not failure.retryable or attempt + 1 == self.max_attempts:
+                    raise self._failed(
+                        what, exc, failure, attempt + 1, definite=not uncertain
+                    ) from exc
+                time.sleep(backoff_delay(attempt, self.retry_base_delay, self.retry_max_delay))
+            else:
+                self._bucket_seen = True
+                return True
+        raise AssertionError("unreachable: max_attempts >= 1")
+
+    def _settle_precondition(self, key: str, body: bytes, *, uncertain: bool) -> bool:
+        """Whether a 412 means this call won: only if an earlier attempt may have written."""
+        if not uncertain:
+            return False
+        try:
+            stored = self.get(key)
+        except NotFoundError:
+            # It existed at the 412 and is gone now: whose it was cannot be known.
+            raise StorageError(
+                f"{self._describe(f'conditional put of {key!r}')} is indeterminate: an "
+                "earlier attempt timed out, a retry found the key taken, and it was "
+                "deleted before it could be read back; read the key to find out",
+                definite=False,
+            ) from None
+        return stored == body
+
+    def touch(self, key: str) -> None:
+        full = self._full(key)
+        # A copy onto itself with new metadata is the only way S3 offers to
+        # move LastModified without uploading the bytes again.
+        self._call(
+            f"touch of {key!r}",
+            lambda: self._client.copy_object(
+                Bucket=self.bucket,
+                Key=full,
+                CopySource={"Bucket": self.bucket, "Key": full},
+                MetadataDirective="REPLACE",
+            ),
+            key=key,
+            writes=True,
+        )
+
+    def delete(self, key: str) -> None:
+        full = self._full(key)
+        self._call(
+            f"delete of {key!r}",
+            lambda: self._client.delete_object(Bucket=self.bucket, Key=full),
+            writes=True,
+        )
+
+    def delete_many(self, keys: Iterable[str]) -> None:
+        fulls = builtins.list(dict.fromkeys(self._full(key) for key in keys))
+        batches = [fulls[i : i + DELETE_BATCH] for i in range(0, len(fulls), DELETE_BATCH)]
+        self.map_bulk(self._delete_batch, batches)
+
+    def _delete_batch(self, fulls: builtins.list[str]) -> None:
+        """One DeleteObjects request, retrying the keys S3 reports as transiently failed."""
+        remaining = fulls
+        for attempt in range(self.max_attempts):
+            objects = [{"Key": full} for full in remaining]
+            response = self._call(
+                f"delete of {len(remaining)} keys",
+                functools.partial(
+                    self._client.delete_objects,
+                    Bucket=self.bucket,
+                    Delete={"Objects": objects, "Quiet": True},
+                ),
+                writes=True,
+            )
+            errors = response.get("Errors", [])
+            if not errors:
+                return
+            failures = [
+                classify(ClientError({"Error": {"Code": e.get("Code", "")}}, "DeleteObjects"))
+                for e in errors
+            ]
+            if attempt + 1 == self.max_attempts or not all(f.retryable for f in failures):
+                sample = ", ".join(
+                    f"{e.get('Key', '?')[len(self.prefix) :]!r}: {e.get('Code')}"
+                    for e in errors[:3]
+                )
+                raise StorageError(
+                    f"{self._describe('delete')} failed for {len(errors)} of "
+                    f"{len(remaining)} keys ({sample}); the others were deleted, retry the rest",
+                    definite=False,
+                )
+            remaining = [e["Key"] for e in errors]
+            time.sleep(backoff_delay(attempt, self.retry_base_delay, self.retry_max_delay))
+
+
+def _check_number(
+    name: str, value: object, *, minimum: float, integral: bool = False, exclusive: bool = False
+) -> None:
+    kinds: tuple[type, ...] = (int,) if integral else (int, float)
+    ok = isinstance(value, kinds) and not isinstance(value, bool)
+    if ok:
+        assert isinstance(value, (int, float))
+        ok = value > minimum if exclusive else value >= minimum
+    if not ok:
+        bound = f"> {minimum}" if exclusive else f">= {minimum}"
+        kind = "an integer" if integral else "a number"
+        raise UsageError(f"S3 option {name} must be {kind} {bound}, got {value!r}")

@@ -1,0 +1,111 @@
+"""How S3 failures are judged: worth retrying or not, and whether they could have taken effect.
+
+An S3 request can fail before it was sent (the connection was refused, the
+server throttled it), in which case it surely did nothing, or after (a read
+timeout, a dropped connection, a 5xx), in which case the write may have
+happened. :class:`S3Store` retries both kinds with exponential backoff and
+full jitter, and uses the second kind to decide when the outcome of a write
+is unknown (``StorageError(definite=False)``) and when a conditional put must
+read the object back to learn whether it won.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    IncompleteReadError,
+)
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+__all__ = [
+    "Failure",
+    "backoff_delay",
+    "classify",
+    "error_code",
+    "http_status",
+    "is_not_found",
+]
+
+#: Codes S3 (and S3-compatible stores) send when they refuse a request for load.
+THROTTLING_CODES = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "RequestLimitExceeded",
+        "TooManyRequestsException",
+        "BandwidthLimitExceeded",
+    }
+)
+
+#: The server gave up waiting for the request body: nothing was written.
+_CLIENT_TIMEOUT_CODES = frozenset({"RequestTimeout", "RequestTimeoutException"})
+
+#: A concurrent conflicting request (e.g. two conditional writes): try again.
+_CONFLICT_CODES = frozenset({"ConditionalRequestConflict", "OperationAborted"})
+
+#: Server-side failures in which the request may or may not have taken effect.
+_SERVER_CODES = frozenset({"InternalError", "ServiceUnavailable", "PriorRequestNotComplete"})
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """The verdict on one failed attempt."""
+
+    retryable: bool
+    definite: bool  # True: the request surely did not take effect
+    code: str  # the S3 error code, or the exception's class name
+
+
+def error_code(exc: ClientError) -> str:
+    """The S3 error code of a client error (``"NoSuchKey"``, ``"404"``, ...)."""
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def http_status(exc: ClientError) -> int:
+    """The HTTP status of a client error, 0 if unknown."""
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
+def is_not_found(exc: ClientError) -> bool:
+    """Whether ``exc`` says the object is missing (GET's NoSuchKey or HEAD's bare 404)."""
+    return error_code(exc) in ("NoSuchKey", "NotFound", "404") or (
+        http_status(exc) == 404 and error_code(exc) != "NoSuchBucket"
+    )
+
+
+def classify(exc: BaseException) -> Failure:
+    """Judge a botocore exception: retry it or not, and could it have taken effect."""
+    if isinstance(exc, ClientError):
+        code, status = error_code(exc), http_status(exc)
+        if code in THROTTLING_CODES or status == 429:
+            return Failure(retryable=True, definite=True, code=code)
+        if code in _CLIENT_TIMEOUT_CODES or code in _CONFLICT_CODES:
+            return Failure(retryable=True, definite=True, code=code)
+        if status >= 500 or code in _SERVER_CODES:
+            return Failure(retryable=True, definite=False, code=code or str(status))
+        return Failure(retryable=False, definite=True, code=code or str(status))
+    name = type(exc).__name__
+    if isinstance(exc, BotoConnectionError):
+        # Connect refused or timed out, proxy or TLS failure: nothing was sent.
+        return Failure(retryable=True, definite=True, code=name)
+    if isinstance(exc, (HTTPClientError, IncompleteReadError)):
+        # Read timeout, connection closed, truncated body: the request was sent.
+        return Failure(retryable=True, definite=False, code=name)
+    if isinstance(exc, BotoCoreError):
+        # Missing credentials, invalid parameters: refused before sending.
+        return Failure(retryable=False, definite=True, code=name)
+    return Failure(retryable=False, definite=False, code=name)
+
+
+def backoff_delay(attempt: int, base: float, cap: float) -> float:
+    """Seconds to wait before retry number ``attempt`` (0-based): full jitter, capped."""
+    return random.uniform(0.0, min(cap, base * (2.0**attempt)))
