@@ -34,7 +34,9 @@ __all__ = [
     "CBOR_ENCODING",
     "ENCODING_KEY",
     "NAIVE_DATETIME_TAG",
+    "SEGMENT_CODEC",
     "SEGMENT_COMPRESSION",
+    "SEGMENT_COMPRESSION_LEVEL",
     "arrow_to_records",
     "cbor_field",
     "column_values",
@@ -57,8 +59,13 @@ ENCODING_KEY = b"merkle.encoding"
 CBOR_ENCODING = b"cbor"
 #: CBOR tag (merkle-db private) for a naive datetime: an ISO-8601 string, no offset.
 NAIVE_DATETIME_TAG = 1835728897  # 0x6D6B0001, "mk" 1
-#: Arrow IPC buffer compression of segment blocks, chosen by bench/segments.py.
+#: Arrow IPC buffer compression of segment blocks and its level, chosen by
+#: bench/segments.py (doc/format.md, "Segments"). Part of the format only in
+#: that equal content must give equal bytes: readers accept any IPC codec.
 SEGMENT_COMPRESSION = "zstd"
+SEGMENT_COMPRESSION_LEVEL = 3
+#: The codec object :func:`encode_segment` uses by default.
+SEGMENT_CODEC = pa.Codec(SEGMENT_COMPRESSION, compression_level=SEGMENT_COMPRESSION_LEVEL)
 
 _INT64_MIN = -(1 << 63)
 _INT64_MAX = (1 << 63) - 1
@@ -74,9 +81,9 @@ _SCALAR_TYPES: dict[type, pa.DataType] = {
 _SUPPORTED_VALUES = (
     "None, bool, int, float, str, bytes, list, tuple, dict, set, datetime, date, Decimal, UUID"
 )
+_WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression=SEGMENT_CODEC)
 _RowName = Callable[[int], str]
 _IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
-_WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression=SEGMENT_COMPRESSION)
 
 
 # -- CBOR values --------------------------------------------------------------
@@ -105,18 +112,26 @@ def _encode_other(encoder: cbor2.CBOREncoder, value: Any) -> None:
 
 
 def _cbor_encode(value: Any) -> bytes:
-    """Canonical CBOR of one record value (equal values give equal bytes)."""
+    """CBOR of one record value; maps keep their insertion order, which reads give back.
+
+    Equal values written in the same order give equal bytes. cbor2 refuses
+    naive datetimes; only then is the slower encoder with the private tag used.
+    """
     try:
-        return cbor2.dumps(
-            value,
-            canonical=True,
-            encoders={datetime.datetime: _encode_datetime},
-            default=_encode_other,
-        )
+        return cbor2.dumps(value, default=_encode_other)
+    except _UnsupportedValueError:
+        raise
+    except (cbor2.CBOREncodeError, TypeError, ValueError, OverflowError, RecursionError):
+        pass
+    try:
+        return cbor2.dumps(value, encoders=_CBOR_ENCODERS, default=_encode_other)
     except _UnsupportedValueError:
         raise
     except (cbor2.CBOREncodeError, TypeError, ValueError, OverflowError, RecursionError):
         raise _UnsupportedValueError(value) from None
+
+
+_CBOR_ENCODERS = {datetime.datetime: _encode_datetime}
 
 
 def _tag_hook(*args: Any) -> Any:
@@ -167,7 +182,7 @@ def records_to_arrow(
     keys: list[Any] = []
     columns: dict[str, list[Any]] = {}
     for position, record in enumerate(records):
-        if not isinstance(record, Mapping):
+        if type(record) is not dict and not isinstance(record, Mapping):
             raise UsageError(
                 f"record {position} is a {type(record).__name__}, not a mapping: "
                 "write dicts of field name -> value"
@@ -180,15 +195,16 @@ def records_to_arrow(
             )
         keys.append(key)
         for name, value in record.items():
-            if name == key_field:
-                continue
-            _check_name(name, f"a field name in record {position}")
-            if value is None:
-                continue
             values = columns.get(name)
-            if values is None:
+            if values is None:  # a name not seen yet: check it once
+                if name == key_field:
+                    continue
+                _check_name(name, f"a field name in record {position}")
+                if value is None:
+                    continue
                 values = columns[name] = [None] * count
-            values[position] = _plain(value)
+            if value is not None:
+                values[position] = value if type(value) in _PLAIN_TYPES else _plain(value)
     fields = [pa.field(key_field, codec.arrow_type)]
     arrays = [codec.to_arrow(keys)]
     for name in sorted(columns):
@@ -196,6 +212,9 @@ def records_to_arrow(
         fields.append(field)
         arrays.append(array)
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+_PLAIN_TYPES = frozenset({bool, int, float, str, bytes, list, dict, datetime.datetime})
 
 
 def _plain(value: Any) -> Any:
@@ -440,12 +459,14 @@ def _native_target(kind: pa.DataType) -> pa.DataType | None:
 # -- block bytes --------------------------------------------------------------
 
 
-def encode_segment(table: pa.Table) -> bytes:
+def encode_segment(table: pa.Table, *, compression: Any = SEGMENT_CODEC) -> bytes:
     """The block bytes of a segment: an Arrow IPC stream holding one record batch.
 
     One batch (chunks combined) makes the bytes a function of the content, so
     equal segments get equal CIDs. Buffers are compressed with
-    :data:`SEGMENT_COMPRESSION`.
+    :data:`SEGMENT_CODEC` (zstd level 3); ``compression`` (None, "lz4",
+    "zstd" or a ``pyarrow.Codec``) exists for measurements: keep the default
+    when writing blocks, or equal content stops deduplicating.
     """
     if not isinstance(table, pa.Table):
         raise UsageError(f"encode_segment takes a pyarrow Table, got {type(table).__name__}")
@@ -458,7 +479,12 @@ def encode_segment(table: pa.Table) -> bytes:
             [pa.array([], type=field.type) for field in combined.schema], schema=combined.schema
         )
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, combined.schema, options=_WRITE_OPTIONS) as writer:
+    options = (
+        _WRITE_OPTIONS
+        if compression is SEGMENT_CODEC
+        else pa.ipc.IpcWriteOptions(compression=compression)
+    )
+    with pa.ipc.new_stream(sink, combined.schema, options=options) as writer:
         writer.write_batch(batch)
     return bytes(sink.getvalue())
 

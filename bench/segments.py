@@ -1,0 +1,146 @@
+"""Segment encoding: Arrow IPC compression (none, lz4, zstd) on realistic tablets.
+
+Measures, for each compression, the encoded size of a segment, the time to
+encode it (``encode_segment``) and to decode it (``decode_segment``), on two
+tablets of the default tablet size: a typed one (int64 key, short string,
+float, low-cardinality string, timestamp) and a CBOR-heavy one (mixed-type and
+nested fields). Also times the Python paths around them (records to Arrow and
+back) so the cost of a segment is seen next to the cost of its records. The
+numbers are reported, never asserted; they chose ``SEGMENT_CODEC``
+(doc/format.md, "Segments").
+
+Run: ``python -m bench segments [--quick]``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import random
+from typing import Any
+
+import pyarrow as pa
+
+from bench.common import fmt_duration, markdown_table, repeat
+from merkle.tablets.keys import key_codec
+from merkle.tablets.segment import (
+    SEGMENT_CODEC,
+    arrow_to_records,
+    decode_segment,
+    encode_segment,
+    records_to_arrow,
+)
+
+__all__ = ["run"]
+
+KEY = "id"
+CODEC = key_codec("int")
+COMPRESSIONS: list[tuple[str, Any]] = [
+    ("none", None),
+    ("lz4", "lz4"),
+    ("zstd level 1 (Arrow's default)", pa.Codec("zstd", compression_level=1)),
+    ("zstd level 3", pa.Codec("zstd", compression_level=3)),
+    ("zstd level 9", pa.Codec("zstd", compression_level=9)),
+]
+STATUSES = ["new", "paid", "shipped", "delivered", "returned"]
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+
+
+def typed_records(rows: int, rng: random.Random) -> list[dict[str, Any]]:
+    """Orders: increasing keys with gaps, customer names, prices, a status, event times."""
+    start = datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
+    key = 1_000_000
+    records = []
+    for i in range(rows):
+        key += rng.randint(1, 5)
+        created = start + datetime.timedelta(seconds=i * 3, microseconds=rng.randint(0, 999_999))
+        records.append(
+            {
+                KEY: key,
+                "customer": f"user-{rng.randint(0, 50_000):05d}",
+                "price": round(rng.lognormvariate(3, 1), 2),
+                "status": rng.choice(STATUSES),
+                "created": created,
+            }
+        )
+    return records
+
+
+def cbor_records(rows: int, rng: random.Random) -> list[dict[str, Any]]:
+    """Schema-free documents: mixed-type and nested fields, stored as CBOR columns."""
+    records = []
+    for i in range(rows):
+        value: Any = rng.choice([rng.randint(0, 1000), rng.random(), rng.choice(WORDS), None])
+        tags: list[Any] = [rng.choice(WORDS) for _ in range(rng.randint(0, 4))]
+        records.append(
+            {
+                KEY: i,
+                "value": value,
+                "attrs": {
+                    "w": rng.choice(WORDS),
+                    "n": rng.randint(0, 100),
+                    "ok": rng.random() < 0.5,
+                },
+                "tags": [*tags, rng.randint(0, 9)],
+                "note": rng.choice(WORDS) if rng.random() < 0.7 else None,
+            }
+        )
+    return records
+
+
+def is_chosen(compression: Any) -> bool:
+    return (
+        isinstance(compression, pa.Codec)
+        and compression.name == SEGMENT_CODEC.name
+        and compression.compression_level == SEGMENT_CODEC.compression_level
+    )
+
+
+def measure(name: str, records: list[dict[str, Any]], times: int) -> str:
+    """One dataset: its shape, the record conversions, then a row per compression."""
+    to_arrow = repeat(lambda: records_to_arrow(records, key_field=KEY, codec=CODEC), times=1)
+    table = records_to_arrow(records, key_field=KEY, codec=CODEC)
+    to_records = repeat(lambda: arrow_to_records(table, key_field=KEY, codec=CODEC), times=1)
+    columns = ", ".join(f"{field.name}: {field.type}" for field in table.schema)
+    header = (
+        f"**{name}**: {table.num_rows:,} rows ({columns}), {table.nbytes / 1e6:.2f} MB in "
+        f"memory. Records to Arrow {fmt_duration(to_arrow.median)}, "
+        f"Arrow to records {fmt_duration(to_records.median)}."
+    )
+    rows = []
+    uncompressed = 0
+    for label, compression in COMPRESSIONS:
+        data = encode_segment(table, compression=compression)
+        if not decode_segment(data).equals(table):
+            raise RuntimeError(f"{label}: the segment does not decode to its table")
+        uncompressed = uncompressed or len(data)
+        encode = repeat(
+            functools.partial(encode_segment, table, compression=compression), times=times
+        )
+        decode = repeat(functools.partial(decode_segment, data), times=times)
+        rows.append(
+            [
+                label + (" **(chosen)**" if is_chosen(compression) else ""),
+                f"{len(data) / 1e3:,.0f}",
+                f"{uncompressed / len(data):.2f}",
+                fmt_duration(encode.median),
+                fmt_duration(decode.median),
+            ]
+        )
+    table_md = markdown_table(["compression", "size (kB)", "ratio", "encode", "decode"], rows)
+    return f"{header}\n\n{table_md}"
+
+
+def run(quick: bool) -> str:
+    """The Markdown report: one table of numbers per dataset."""
+    rows = 20_000 if quick else 100_000
+    times = 3 if quick else 9
+    rng = random.Random(4)
+    intro = (
+        f"Segment blocks of {rows:,}-row tablets, one record batch each; median of {times} "
+        f"runs (pyarrow {pa.__version__}). Ratio: uncompressed size / size. Decode without "
+        "compression is zero-copy."
+    )
+    typed = measure("Typed tablet", typed_records(rows, rng), times)
+    mixed = measure("CBOR-heavy tablet", cbor_records(rows, rng), times)
+    return f"{intro}\n\n{typed}\n\n{mixed}"
