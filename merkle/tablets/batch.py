@@ -1,0 +1,233 @@
+"""Pending batches: write them, merge them Spine-style, and read them as one overlay.
+
+A commit's changes to a table become one batch at the head of the table's
+pending list. Batches are merged by size tier (a batch is merged into the
+next older one while it is at least half its size), so a table holds
+O(log n) batches and each pending record is rewritten O(log n) times.
+
+The :class:`Overlay` is all pending batches folded into one sorted view,
+newest change per key winning; reads lay it over the merged area. Each entry
+carries ``in_merged`` (did the key exist in the merged area when the batch
+was written?), which gives exact counts and ranks for any key range without
+reading a tablet: an upsert of a new key adds a row, a delete of a merged
+key removes one, everything else replaces or removes nothing.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from merkle.blocks.cid import CID
+from merkle.tablets.keyindex import combine
+from merkle.tablets.keys import KeyCodec
+from merkle.tablets.nodes import BatchNode
+from merkle.tablets.rows import SortedRows, empty_keys
+from merkle.tablets.segment import concat_segments
+from merkle.tablets.store import TableStore
+
+__all__ = ["BatchContent", "Overlay", "fold", "load_batch", "merge_tier", "write_batch"]
+
+
+def _pack_bits(flags: np.ndarray) -> bytes:
+    return np.packbits(flags.astype(bool)).tobytes()
+
+
+def _unpack_bits(data: bytes, n: int) -> np.ndarray:
+    return np.unpackbits(np.frombuffer(data, dtype=np.uint8), count=n).astype(bool)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchContent:
+    """The decoded contents of one batch (or of several folded together)."""
+
+    upserts: SortedRows
+    upserts_in_merged: np.ndarray
+    deletes: pa.Array  # encoded keys, sorted, unique, disjoint from the upsert keys
+    deletes_in_merged: np.ndarray
+
+    @property
+    def count(self) -> int:
+        return len(self.upserts) + len(self.deletes)
+
+
+def load_batch(ts: TableStore, cid: CID, key_field: str, codec: KeyCodec) -> BatchContent:
+    """Read a batch node and its upserts segment."""
+    node = ts.batch(cid)
+    key_type = empty_keys(codec).type
+    if node.upserts is None:
+        table = pa.table({key_field: pa.array([], type=codec.arrow_type)})
+        upserts = SortedRows(table, pa.array([], type=key_type))
+    else:
+        table = ts.segment(node.upserts)
+        keys = ts.key_index(
+            node.upserts, lambda: combine(codec.encode_array(table.column(key_field)))
+        ).keys
+        upserts = SortedRows(table, keys)
+    deletes = pa.array(list(node.deletes), type=key_type)
+    return BatchContent(
+        upserts,
+        _unpack_bits(node.upserts_in_merged, node.upsert_count),
+        deletes,
+        _unpack_bits(node.deletes_in_merged, len(node.deletes)),
+    )
+
+
+def write_batch(ts: TableStore, content: BatchContent, lower: int, upper: int) -> CID:
+    """Store a batch: its upserts as one Arrow segment, its deletes inline in the node."""
+    upserts_cid: CID | None = None
+    size = sum(len(k) for k in content.deletes.to_pylist())
+    if len(content.upserts):
+        ((upserts_cid, nbytes),) = ts.put_segments([content.upserts.table])
+        size += nbytes
+    node = BatchNode(
+        lower=lower,
+        upper=upper,
+        upserts=upserts_cid,
+        upsert_count=len(content.upserts),
+        upserts_in_merged=_pack_bits(content.upserts_in_merged),
+        deletes=tuple(content.deletes.to_pylist()),
+        deletes_in_merged=_pack_bits(content.deletes_in_merged),
+        size=size,
+    )
+    return ts.put_node(node.to_node())
+
+
+def fold(contents: Sequence[BatchContent], key_field: str, codec: KeyCodec) -> BatchContent:
+    """Fold batches given newest first into one, the newest change of each key winning."""
+    key_type = empty_keys(codec).type
+    contents = [c for c in contents if c.count]
+    if not contents:
+        empty = pa.array([], type=key_type)
+        table = pa.table({key_field: pa.array([], type=codec.arrow_type)})
+        return BatchContent(SortedRows(table, empty), np.zeros(0, bool), empty, np.zeros(0, bool))
+    if len(contents) == 1:
+        return contents[0]
+    keys, ranks, kinds, rows, flags = [], [], [], [], []
+    row_base = 0
+    for rank, content in enumerate(contents):
+        nu, nd = len(content.upserts), len(content.deletes)
+        keys += [content.upserts.keys, content.deletes.cast(key_type)]
+        ranks.append(np.full(nu + nd, rank, dtype=np.int32))
+        kinds.append(np.concatenate([np.zeros(nu, np.int8), np.ones(nd, np.int8)]))
+        rows.append(np.concatenate([np.arange(row_base, row_base + nu), np.full(nd, -1)]))
+        flags.append(np.concatenate([content.upserts_in_merged, content.deletes_in_merged]))
+        row_base += nu
+    entries = pa.table(
+        {
+            "k": pa.concat_arrays(keys),
+            "rank": np.concatenate(ranks),
+            "kind": np.concatenate(kinds),
+            "row": np.concatenate(rows),
+            "in_merged": np.concatenate(flags),
+        }
+    )
+    entries = entries.take(pc.sort_indices(entries, [("k", "ascending"), ("rank", "ascending")]))
+    k = entries.column("k").combine_chunks()
+    n = len(k)
+    first = pa.concat_arrays([pa.array([True]), pc.not_equal(k.slice(1), k.slice(0, n - 1))])
+    entries = entries.filter(first)
+    kind = entries.column("kind").to_numpy()
+    in_merged = entries.column("in_merged").to_numpy(zero_copy_only=False)
+    row = entries.column("row").to_numpy()
+    keys_sorted = entries.column("k").combine_chunks()
+    is_upsert = kind == 0
+    all_rows = concat_segments([c.upserts.table for c in contents], key_field=key_field)
+    upserts = SortedRows(all_rows.take(pa.array(row[is_upsert])), keys_sorted.filter(is_upsert))
+    deletes = keys_sorted.filter(pa.array(~is_upsert))
+    return BatchContent(upserts, in_merged[is_upsert], deletes, in_merged[~is_upsert])
+
+
+def merge_tier(
+    ts: TableStore,
+    pending: list[CID],
+    key_field: str,
+    codec: KeyCodec,
+) -> list[CID]:
+    """Merge the newest batches Spine-style until each is under half the next older one."""
+    pending = list(pending)
+    while len(pending) >= 2:
+        newer, older = ts.batch(pending[0]), ts.batch(pending[1])
+        if 2 * newer.count < older.count and newer.lower > older.upper:
+            break
+        merged = fold(
+            [load_batch(ts, cid, key_field, codec) for cid in pending[:2]], key_field, codec
+        )
+        pending[:2] = [write_batch(ts, merged, older.lower, newer.upper)]
+    return pending
+
+
+class Overlay:
+    """All pending batches as one sorted view over the merged area."""
+
+    def __init__(self, content: BatchContent) -> None:
+        self.content = content
+        up, de = content.upserts, content.deletes
+        keys = pa.concat_arrays([up.keys, de.cast(up.keys.type)]) if len(de) else up.keys
+        order = pc.sort_indices(keys) if len(de) and len(up) else None
+        self._keys = keys.take(order) if order is not None else keys
+        self._key_list: list[bytes] = self._keys.to_pylist()
+        delta = np.concatenate(
+            [np.where(content.upserts_in_merged, 0, 1), np.where(content.deletes_in_merged, -1, 0)]
+        ).astype(np.int64)
+        if order is not None:
+            delta = delta[order.to_numpy()]
+        self._prefix = np.concatenate([[0], np.cumsum(delta)])
+        self._upsert_list: list[bytes] = up.keys.to_pylist()
+        self._delete_list: list[bytes] = de.to_pylist()
+        self._delete_set = set(self._delete_list)
+
+    @classmethod
+    def load(
+        cls, ts: TableStore, pending: Sequence[CID], key_field: str, codec: KeyCodec
+    ) -> Overlay:
+        contents = [load_batch(ts, cid, key_field, codec) for cid in pending]
+        return cls(fold(contents, key_field, codec))
+
+    def __len__(self) -> int:
+        return len(self._key_list)
+
+    def _span(self, lo: bytes | None, hi: bytes | None) -> tuple[int, int]:
+        i = 0 if lo is None else bisect.bisect_left(self._key_list, lo)
+        j = len(self._key_list) if hi is None else bisect.bisect_left(self._key_list, hi)
+        return i, max(i, j)
+
+    def has_entries(self, lo: bytes | None, hi: bytes | None) -> bool:
+        """Whether any pending change falls in ``[lo, hi)`` (None: unbounded)."""
+        i, j = self._span(lo, hi)
+        return j > i
+
+    def delta(self, lo: bytes | None = None, hi: bytes | None = None) -> int:
+        """Rows added minus rows removed by pending changes in ``[lo, hi)``."""
+        i, j = self._span(lo, hi)
+        return int(self._prefix[j] - self._prefix[i])
+
+    def delta_before(self, key: bytes, *, inclusive: bool) -> int:
+        """Rows added minus rows removed by pending changes to keys ``< key`` (or ``<=``)."""
+        j = (bisect.bisect_right if inclusive else bisect.bisect_left)(self._key_list, key)
+        return int(self._prefix[j])
+
+    def changes(self, lo: bytes | None, hi: bytes | None) -> tuple[SortedRows, pa.Array]:
+        """The upserts and deleted keys that fall in ``[lo, hi)``."""
+        up = self.content.upserts
+        ui = 0 if lo is None else bisect.bisect_left(self._upsert_list, lo)
+        uj = len(self._upsert_list) if hi is None else bisect.bisect_left(self._upsert_list, hi)
+        deletes = self.content.deletes
+        if len(deletes):
+            dk = self._delete_list
+            di = 0 if lo is None else bisect.bisect_left(dk, lo)
+            dj = len(dk) if hi is None else bisect.bisect_left(dk, hi)
+            deletes = deletes.slice(di, max(0, dj - di))
+        return up.slice(ui, max(ui, uj)), deletes
+
+    def lookup(self, key: bytes) -> int | None:
+        """Row of ``key`` in the overlay's upserts, -1 if it is deleted, None if untouched."""
+        i = bisect.bisect_left(self._upsert_list, key)
+        if i < len(self._upsert_list) and self._upsert_list[i] == key:
+            return i
+        return -1 if key in self._delete_set else None

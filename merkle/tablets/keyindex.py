@@ -1,0 +1,101 @@
+"""Binary search over the sorted encoded keys of one tablet or batch.
+
+Rows in a tablet are sorted by encoded key. Fixed-width 8-byte encodings
+(int, float, timestamp) are searched as big-endian unsigned integers with
+numpy, whose order equals the bytewise order; other encodings fall back to
+``bisect`` over Python bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["KeyIndex", "combine"]
+
+
+def combine(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """One contiguous array from a possibly chunked column."""
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return column
+
+
+def _as_u64(array: pa.Array) -> np.ndarray | None:
+    if not (pa.types.is_fixed_size_binary(array.type) and array.type.byte_width == 8):
+        return None
+    if array.null_count:
+        return None
+    data = array.buffers()[1]
+    if data is None:
+        return np.empty(0, dtype=np.uint64)
+    return np.frombuffer(data, dtype=">u8", count=len(array), offset=array.offset * 8).astype(
+        np.uint64
+    )
+
+
+class KeyIndex:
+    """Sorted encoded keys with ``find`` (exact positions) and ``rank`` (insertion points)."""
+
+    __slots__ = ("_keys", "_list", "_u64", "nbytes")
+
+    def __init__(self, encoded: pa.Array | pa.ChunkedArray) -> None:
+        self._keys = combine(encoded)
+        self._u64 = _as_u64(self._keys)
+        self._list: list[bytes] | None = None
+        if self._u64 is None:
+            self._list = self._keys.to_pylist()
+            self.nbytes = self._keys.nbytes + 40 * len(self._keys)
+        else:
+            self.nbytes = self._u64.nbytes
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    @property
+    def keys(self) -> pa.Array:
+        """The encoded keys as an Arrow array."""
+        return self._keys
+
+    def _probe(self, keys: Sequence[bytes]) -> np.ndarray:
+        if self._u64 is not None and all(len(k) == 8 for k in keys):
+            return np.frombuffer(b"".join(keys), dtype=">u8").astype(np.uint64)
+        return np.empty(0)
+
+    def rank(self, key: bytes, *, inclusive: bool = False) -> int:
+        """How many keys are ``< key`` (``<= key`` with ``inclusive``)."""
+        side: Literal["left", "right"] = "right" if inclusive else "left"
+        probe = self._probe([key])
+        if len(probe):
+            assert self._u64 is not None
+            return int(np.searchsorted(self._u64, probe[0], side=side))
+        values = self._materialized()
+        return (bisect.bisect_right if inclusive else bisect.bisect_left)(values, key)
+
+    def find(self, keys: Sequence[bytes]) -> list[int]:
+        """The row of each key, or -1 where the key is absent."""
+        if not keys:
+            return []
+        probe = self._probe(keys)
+        if len(probe):
+            assert self._u64 is not None
+            pos = np.searchsorted(self._u64, probe, side="left")
+            inside = pos < len(self._u64)
+            hit = np.zeros(len(probe), dtype=bool)
+            hit[inside] = self._u64[pos[inside]] == probe[inside]
+            return np.where(hit, pos, -1).tolist()  # type: ignore[no-any-return]
+        values = self._materialized()
+        found = []
+        for key in keys:
+            i = bisect.bisect_left(values, key)
+            found.append(i if i < len(values) and values[i] == key else -1)
+        return found
+
+    def _materialized(self) -> list[bytes]:
+        if self._list is None:
+            self._list = self._keys.to_pylist()
+        return self._list

@@ -1,0 +1,312 @@
+"""The typed nodes of a table: table root, index node, tablet, batch.
+
+Each node is a DAG-CBOR map with ``type`` and ``v``; this module turns them
+into frozen dataclasses and back, and is the only place that knows the field
+names (doc/format.md "Table nodes" describes them). Keys inside nodes are
+always *encoded* key bytes (see :mod:`merkle.tablets.keys`), so sorting and
+comparing them never needs the key codec.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from merkle.blocks.cid import CID
+from merkle.blocks.codec import NODE_VERSION, check_node
+from merkle.errors import IntegrityError
+
+__all__ = [
+    "BASE",
+    "BATCH",
+    "INDEX",
+    "TABLE",
+    "TABLET",
+    "BatchNode",
+    "ChildRef",
+    "IndexNode",
+    "Limits",
+    "TableRoot",
+    "TabletNode",
+]
+
+TABLE = "merkle/table"
+INDEX = "merkle/index"
+TABLET = "merkle/tablet"
+BATCH = "merkle/batch"
+
+#: The family that holds every key and the fields of no other family.
+BASE = "base"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Shape limits of a table's tree.
+
+    ``tablet_size`` is the most records a tablet holds before it splits;
+    ``branching`` the most children of an index node; ``patch`` the most
+    records the pending batches hold before they are flushed into tablets.
+    """
+
+    tablet_size: int = 100_000
+    branching: int = 256
+    patch: int = 20_000
+
+    @property
+    def min_tablet(self) -> int:
+        """A tablet below this many records is merged with a neighbour."""
+        return max(1, self.tablet_size // 4)
+
+    @property
+    def min_children(self) -> int:
+        """A non-root index node below this many children is merged with a neighbour."""
+        return max(2, self.branching // 2)
+
+    def to_node(self) -> dict[str, int]:
+        return {"tablet_size": self.tablet_size, "branching": self.branching, "patch": self.patch}
+
+    @classmethod
+    def from_node(cls, node: Mapping[str, Any]) -> Limits:
+        try:
+            return cls(int(node["tablet_size"]), int(node["branching"]), int(node["patch"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IntegrityError(f"table limits are malformed: {node!r}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRef:
+    """What a parent knows of one subtree: its link, height, size and key range."""
+
+    cid: CID
+    height: int  # 0 for a tablet
+    count: int
+    size: int
+    first_key: bytes
+    last_key: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class TabletNode:
+    """A leaf: a contiguous key range, its rows in one Arrow segment per family."""
+
+    count: int
+    size: int
+    first_key: bytes
+    last_key: bytes
+    segments: dict[str, CID]
+
+    def to_node(self) -> dict[str, Any]:
+        return {
+            "type": TABLET,
+            "v": NODE_VERSION,
+            "count": self.count,
+            "size": self.size,
+            "first_key": self.first_key,
+            "last_key": self.last_key,
+            "segments": dict(self.segments),
+        }
+
+    @classmethod
+    def from_node(cls, node: Any, where: object = None) -> TabletNode:
+        node = check_node(node, TABLET, where=where)
+        try:
+            segments = node["segments"]
+            if not all(isinstance(v, CID) for v in segments.values()):
+                raise TypeError("segment links must be CIDs")
+            return cls(
+                int(node["count"]),
+                int(node["size"]),
+                bytes(node["first_key"]),
+                bytes(node["last_key"]),
+                dict(segments),
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise IntegrityError(f"tablet {where} is malformed: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class IndexNode:
+    """An interior node: children in key order with their counts, sizes and key ranges.
+
+    ``keys[i]`` is the separator between child ``i`` and child ``i + 1``: the
+    first key of child ``i + 1``. A key ``k`` belongs to the child
+    ``bisect_right(keys, k)``.
+    """
+
+    height: int
+    children: tuple[ChildRef, ...]
+
+    @property
+    def keys(self) -> list[bytes]:
+        return [child.first_key for child in self.children[1:]]
+
+    @property
+    def count(self) -> int:
+        return sum(child.count for child in self.children)
+
+    @property
+    def size(self) -> int:
+        return sum(child.size for child in self.children)
+
+    def to_node(self) -> dict[str, Any]:
+        children = self.children
+        return {
+            "type": INDEX,
+            "v": NODE_VERSION,
+            "height": self.height,
+            "keys": self.keys,
+            "children": [child.cid for child in children],
+            "counts": [child.count for child in children],
+            "sizes": [child.size for child in children],
+            "last_keys": [child.last_key for child in children],
+            "first_key": children[0].first_key,
+            "last_key": children[-1].last_key,
+        }
+
+    @classmethod
+    def from_node(cls, node: Any, where: object = None) -> IndexNode:
+        node = check_node(node, INDEX, where=where)
+        try:
+            height = int(node["height"])
+            links = node["children"]
+            counts, sizes = node["counts"], node["sizes"]
+            lasts, keys = node["last_keys"], node["keys"]
+            n = len(links)
+            if not n or not len(counts) == len(sizes) == len(lasts) == n or len(keys) != n - 1:
+                raise ValueError("children, counts, sizes, last_keys and keys disagree in length")
+            firsts = [bytes(node["first_key"]), *map(bytes, keys)]
+            children = tuple(
+                ChildRef(
+                    links[i], height - 1, int(counts[i]), int(sizes[i]), firsts[i], bytes(lasts[i])
+                )
+                for i in range(n)
+            )
+            if not all(isinstance(c.cid, CID) for c in children):
+                raise TypeError("child links must be CIDs")
+            return cls(height, children)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IntegrityError(f"index node {where} is malformed: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class BatchNode:
+    """The sorted upserts and tombstones of one or more commits, not yet in the tablets.
+
+    ``lower``..``upper`` is the range of versions whose changes it holds.
+    ``upserts`` links an Arrow segment of whole records sorted by key;
+    ``deletes`` holds encoded keys, sorted. The ``*_in_merged`` bitmaps say, per
+    entry, whether the key existed in the merged area when the batch was
+    written: the merged area does not change while the batch is pending, so
+    counts and ranks can be adjusted without reading tablets.
+    """
+
+    lower: int
+    upper: int
+    upserts: CID | None
+    upsert_count: int
+    upserts_in_merged: bytes
+    deletes: tuple[bytes, ...]
+    deletes_in_merged: bytes
+    size: int
+
+    @property
+    def count(self) -> int:
+        return self.upsert_count + len(self.deletes)
+
+    def to_node(self) -> dict[str, Any]:
+        return {
+            "type": BATCH,
+            "v": NODE_VERSION,
+            "lower": self.lower,
+            "upper": self.upper,
+            "count": self.count,
+            "size": self.size,
+            "upserts": self.upserts,
+            "upsert_count": self.upsert_count,
+            "upserts_in_merged": self.upserts_in_merged,
+            "deletes": list(self.deletes),
+            "deletes_in_merged": self.deletes_in_merged,
+        }
+
+    @classmethod
+    def from_node(cls, node: Any, where: object = None) -> BatchNode:
+        node = check_node(node, BATCH, where=where)
+        try:
+            upserts = node["upserts"]
+            if upserts is not None and not isinstance(upserts, CID):
+                raise TypeError("upserts must be a link or null")
+            batch = cls(
+                int(node["lower"]),
+                int(node["upper"]),
+                upserts,
+                int(node["upsert_count"]),
+                bytes(node["upserts_in_merged"]),
+                tuple(bytes(k) for k in node["deletes"]),
+                bytes(node["deletes_in_merged"]),
+                int(node["size"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IntegrityError(f"batch {where} is malformed: {exc}") from exc
+        if int(node.get("count", -1)) != batch.count:
+            raise IntegrityError(
+                f"batch {where} has count {node.get('count')}, holds {batch.count}"
+            )
+        return batch
+
+
+@dataclass(frozen=True, slots=True)
+class TableRoot:
+    """The root of one table version: settings, the merged area and the pending batches."""
+
+    key_field: str
+    key_codec: str | None  # None until the first write picks one
+    families: dict[str, tuple[str, ...]]
+    limits: Limits
+    data: CID | None
+    pending: tuple[CID, ...]
+    count: int
+    size: int
+    meta: Any = field(default=None)
+
+    def family_of(self) -> dict[str, str]:
+        """Field name -> family name, for every field that belongs to a family."""
+        return {f: fam for fam, fields in self.families.items() for f in fields}
+
+    def to_node(self) -> dict[str, Any]:
+        return {
+            "type": TABLE,
+            "v": NODE_VERSION,
+            "key": {"field": self.key_field, "codec": self.key_codec},
+            "families": {name: sorted(fields) for name, fields in self.families.items()},
+            "limits": self.limits.to_node(),
+            "data": self.data,
+            "pending": list(self.pending),
+            "count": self.count,
+            "size": self.size,
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_node(cls, node: Any, where: object = None) -> TableRoot:
+        node = check_node(node, TABLE, where=where)
+        try:
+            data = node["data"]
+            pending = tuple(node["pending"])
+            if data is not None and not isinstance(data, CID):
+                raise TypeError("data must be a link or null")
+            if not all(isinstance(p, CID) for p in pending):
+                raise TypeError("pending entries must be links")
+            return cls(
+                str(node["key"]["field"]),
+                None if node["key"]["codec"] is None else str(node["key"]["codec"]),
+                {str(k): tuple(v) for k, v in node["families"].items()},
+                Limits.from_node(node["limits"]),
+                data,
+                pending,
+                int(node["count"]),
+                int(node["size"]),
+                node.get("meta"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise IntegrityError(f"table root {where} is malformed: {exc}") from exc

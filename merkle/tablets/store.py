@@ -1,0 +1,141 @@
+"""The read/write context of the table code: blocks plus decoded caches.
+
+Table operations are pure functions from blocks to new blocks; this object
+is what they read and write through. It keeps three byte-bounded caches so
+that a block is never decoded twice while it is hot: parsed nodes, decoded
+Arrow segments, and per-tablet key indexes for binary search. Segment
+encoding and block writes run on a small thread pool (Arrow's IPC writer and
+the compressors release the GIL).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from merkle.blocks.cache import ByteLRU
+from merkle.blocks.cid import CID, RAW
+from merkle.blocks.store import BlockStore
+from merkle.tablets.keyindex import KeyIndex
+from merkle.tablets.nodes import BatchNode, IndexNode, TableRoot, TabletNode
+from merkle.tablets.segment import decode_segment, encode_segment
+
+__all__ = ["TableStore"]
+
+_DEFAULT_CACHE_BYTES = 256 << 20
+_POOL_PREFIX = "merkle-tablets"
+N = TypeVar("N")
+
+
+class TableStore:
+    """Blocks, parsed nodes, decoded segments and key indexes, with byte-bounded caches."""
+
+    def __init__(
+        self, blocks: BlockStore, *, cache_bytes: int = _DEFAULT_CACHE_BYTES, workers: int = 4
+    ) -> None:
+        self.blocks = blocks
+        self._nodes: ByteLRU[Any] = ByteLRU(max(1 << 20, cache_bytes // 8))
+        self._segments: ByteLRU[pa.Table] = ByteLRU(cache_bytes)
+        self._key_indexes: ByteLRU[KeyIndex] = ByteLRU(max(1 << 20, cache_bytes // 4))
+        self._workers = workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (TableStore, (self.blocks, self._segments.capacity, self._workers))
+
+    # -- concurrency -------------------------------------------------------------
+
+    def map(self, fn: Callable[[Any], N], items: Sequence[Any]) -> list[N]:
+        """Apply ``fn`` to every item on the worker pool (in order).
+
+        Calls made from a pool thread run inline: nested fan-out onto a bounded
+        pool would deadlock once every worker waits for its own children.
+        """
+        if (
+            len(items) <= 1
+            or self._workers <= 1
+            or threading.current_thread().name.startswith(_POOL_PREFIX)
+        ):
+            return [fn(item) for item in items]
+        with self._pool_lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix=_POOL_PREFIX)
+        return list(self._pool.map(fn, items))
+
+    # -- nodes -------------------------------------------------------------------
+
+    def _parsed(self, cid: CID, parse: Callable[[Any, object], N], weight: int) -> N:
+        key = (parse, cid.bytes)
+        node = self._nodes.get(key)
+        if node is None:
+            node = parse(self.blocks.get_node(cid), cid)
+            self._nodes.put(key, node, weight)
+        return node
+
+    def table(self, cid: CID) -> TableRoot:
+        return self._parsed(cid, TableRoot.from_node, 512)
+
+    def index(self, cid: CID) -> IndexNode:
+        return self._parsed(cid, IndexNode.from_node, 16 << 10)
+
+    def tablet(self, cid: CID) -> TabletNode:
+        return self._parsed(cid, TabletNode.from_node, 512)
+
+    def batch(self, cid: CID) -> BatchNode:
+        return self._parsed(cid, BatchNode.from_node, 4 << 10)
+
+    def put_node(self, node: Any) -> CID:
+        return self.blocks.put_node(node)
+
+    # -- segments ----------------------------------------------------------------
+
+    def segment(self, cid: CID) -> pa.Table:
+        """The decoded Arrow table of a segment block (cached)."""
+        return self.segments([cid])[0]
+
+    def segments(self, cids: Sequence[CID]) -> list[pa.Table]:
+        """Decoded segments, fetching the uncached ones concurrently."""
+        found: dict[CID, pa.Table] = {}
+        missing = []
+        for cid in cids:
+            table = self._segments.get(cid.bytes)
+            if table is None:
+                missing.append(cid)
+            else:
+                found[cid] = table
+        if missing:
+            raw = self.blocks.get_many(missing)
+            decoded = self.map(lambda cid: decode_segment(raw[cid]), list(raw))
+            for cid, table in zip(raw, decoded, strict=True):
+                self._segments.put(cid.bytes, table, table.nbytes)
+                found[cid] = table
+        return [found[cid] for cid in cids]
+
+    def put_segments(self, tables: Sequence[pa.Table]) -> list[tuple[CID, int]]:
+        """Encode and store segments; (CID, stored bytes) for each, in order."""
+        encoded = self.map(encode_segment, list(tables))
+        cids = self.blocks.put_many([(data, RAW) for data in encoded])
+        for cid, table in zip(cids, tables, strict=True):
+            self._segments.put(cid.bytes, table, table.nbytes)
+        return [(cid, len(data)) for cid, data in zip(cids, encoded, strict=True)]
+
+    # -- key indexes -------------------------------------------------------------
+
+    def key_index(self, owner: CID, build: Callable[[], pa.Array]) -> KeyIndex:
+        """The key index of a tablet or batch (built by ``build`` on a miss)."""
+        index = self._key_indexes.get(owner.bytes)
+        if index is None:
+            index = KeyIndex(build())
+            self._key_indexes.put(owner.bytes, index, index.nbytes)
+        return index
+
+    def close(self) -> None:
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)

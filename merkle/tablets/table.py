@@ -1,0 +1,467 @@
+"""One version of one table: write, delete, flush, point reads and range scans.
+
+A :class:`Table` is an immutable value: every change returns a new one whose
+new blocks are already in the block store (the caller decides whether a
+version that names them is ever committed). It needs no refs and no
+connection, only a :class:`TableStore`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from merkle.blocks.cid import CID
+from merkle.errors import UsageError
+from merkle.tablets.batch import BatchContent, Overlay, fold, load_batch, merge_tier, write_batch
+from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
+from merkle.tablets.keys import key_codec as parse_key_codec
+from merkle.tablets.nodes import BASE, ChildRef, Limits, TableRoot
+from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
+from merkle.tablets.segment import concat_segments, normalize_arrow, project, records_to_arrow
+from merkle.tablets.store import TableStore
+from merkle.tablets.tree import TableSpec, Tree, node_ref
+
+__all__ = ["Table", "check_families", "check_limits"]
+
+_PREFETCH = 8  # leaves whose segments a scan fetches at once
+
+
+def check_families(
+    families: Mapping[str, Any] | None, key_field: str
+) -> dict[str, tuple[str, ...]]:
+    """Validate ``{family: fields}``; a field belongs to one family; never the key or ``base``."""
+    if families is None:
+        return {}
+    if not isinstance(families, Mapping):
+        raise UsageError(f"families must be a mapping of name -> field names, got {families!r}")
+    seen: dict[str, str] = {}
+    out: dict[str, tuple[str, ...]] = {}
+    for name, fields in families.items():
+        if not isinstance(name, str) or not name or name == BASE:
+            raise UsageError(
+                f"family name {name!r} is invalid: use a non-empty name other than 'base'"
+            )
+        if isinstance(fields, str) or not hasattr(fields, "__iter__"):
+            raise UsageError(f"family {name!r} must list field names, got {fields!r}")
+        members = sorted(set(fields))
+        for field in members:
+            if not isinstance(field, str) or not field:
+                raise UsageError(f"family {name!r} holds an invalid field name {field!r}")
+            if field == key_field:
+                raise UsageError(f"the key field {key_field!r} cannot belong to family {name!r}")
+            if field in seen:
+                raise UsageError(
+                    f"field {field!r} is in two families: {seen[field]!r} and {name!r}"
+                )
+            seen[field] = name
+        out[name] = tuple(members)
+    return out
+
+
+def check_limits(
+    tablet_size: int | None = None, branching: int | None = None, patch: int | None = None
+) -> Limits:
+    """Limits with defaults filled in; UsageError for values that cannot work."""
+    default = Limits()
+    values = {
+        "tablet_size_limit": (tablet_size, default.tablet_size, 1),
+        "branching_factor": (branching, default.branching, 3),
+        "patch_limit": (patch, default.patch, 0),
+    }
+    chosen = []
+    for name, (value, fallback, least) in values.items():
+        if value is None:
+            value = fallback
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise UsageError(f"{name} must be an integer >= {least}, got {value!r}")
+        chosen.append(value)
+    return Limits(*chosen)
+
+
+class Table:
+    """An immutable table version over a :class:`TableStore`."""
+
+    def __init__(self, ts: TableStore, root: TableRoot) -> None:
+        self.ts = ts
+        self.root = root
+        self._data: ChildRef | None = None
+        self._data_loaded = False
+        self._overlay: Overlay | None = None
+
+    # -- construction ------------------------------------------------------------
+
+    @classmethod
+    def new(
+        cls,
+        ts: TableStore,
+        *,
+        key_field: str,
+        key_codec: str | None = None,
+        families: Mapping[str, Any] | None = None,
+        limits: Limits | None = None,
+        meta: Any = None,
+    ) -> Table:
+        """An empty table (nothing is stored until :meth:`save`)."""
+        if not isinstance(key_field, str) or not key_field:
+            raise UsageError(f"the key field must be a non-empty string, got {key_field!r}")
+        spec = parse_key_codec(key_codec).spec if key_codec is not None else None
+        root = TableRoot(
+            key_field=key_field,
+            key_codec=spec,
+            families=check_families(families, key_field),
+            limits=limits or Limits(),
+            data=None,
+            pending=(),
+            count=0,
+            size=0,
+            meta=meta,
+        )
+        return cls(ts, root)
+
+    @classmethod
+    def load(cls, ts: TableStore, cid: CID) -> Table:
+        return cls(ts, ts.table(cid))
+
+    def save(self) -> CID:
+        """Store the root node; its CID names this table version."""
+        return self.ts.put_node(self.root.to_node())
+
+    def _with(self, **changes: Any) -> Table:
+        return Table(self.ts, replace(self.root, **changes))
+
+    # -- properties ----------------------------------------------------------------
+
+    @property
+    def codec(self) -> KeyCodec | None:
+        """The key codec, or None while the table is empty and no codec was given."""
+        spec = self.root.key_codec
+        return parse_key_codec(spec) if spec else None
+
+    @property
+    def spec(self) -> TableSpec:
+        codec = self.codec
+        if codec is None:
+            raise UsageError("the table has no key codec yet: write a record first")
+        return TableSpec(self.root.key_field, codec, self.root.families, self.root.limits)
+
+    @property
+    def count(self) -> int:
+        return self.root.count
+
+    @property
+    def size(self) -> int:
+        return self.root.size
+
+    def patch_stats(self) -> dict[str, int]:
+        """Records and bytes held in pending batches."""
+        batches = [self.ts.batch(cid) for cid in self.root.pending]
+        return {"count": sum(b.count for b in batches), "size": sum(b.size for b in batches)}
+
+    def data_ref(self) -> ChildRef | None:
+        """The root of the merged area (None when every record is still pending)."""
+        if not self._data_loaded:
+            self._data = node_ref(self.ts, self.root.data) if self.root.data is not None else None
+            self._data_loaded = True
+        return self._data
+
+    def overlay(self) -> Overlay:
+        """All pending batches folded into one view (cached on this value)."""
+        if self._overlay is None:
+            spec = self.spec
+            self._overlay = Overlay.load(self.ts, self.root.pending, spec.key_field, spec.codec)
+        return self._overlay
+
+    def _tree(self) -> Tree:
+        return Tree(self.ts, self.spec)
+
+    # -- writes --------------------------------------------------------------------
+
+    def with_codec_for(self, sample_key: Any = None, dtype: pa.DataType | None = None) -> Table:
+        """This table with its key codec inferred from a first key (no-op when it has one)."""
+        if self.root.key_codec:
+            return self
+        codec = infer_key_codec_arrow(dtype) if dtype is not None else infer_key_codec(sample_key)
+        return self._with(key_codec=codec.spec)
+
+    def write(
+        self, rows: pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]], version: int
+    ) -> Table:
+        """Upsert whole records (replacing any record with the same key)."""
+        key_field = self.root.key_field
+        if isinstance(rows, (pa.Table, pa.RecordBatch)):
+            if key_field not in rows.schema.names:
+                raise UsageError(
+                    f"the Arrow data has no column {key_field!r}, the key field of this table"
+                )
+            table = self.with_codec_for(dtype=rows.schema.field(key_field).type)
+            arrow = normalize_arrow(rows, key_field=key_field, codec=table.spec.codec)
+        else:
+            records = list(rows)
+            if not records:
+                return self
+            first = records[0]
+            if not isinstance(first, Mapping) or first.get(key_field) is None:
+                raise UsageError(f"every record must be a dict holding the key field {key_field!r}")
+            table = self.with_codec_for(first[key_field])
+            arrow = records_to_arrow(records, key_field=key_field, codec=table.spec.codec)
+        if not arrow.num_rows:
+            return self
+        spec = table.spec
+        upserts = sort_rows(arrow, key_field, spec.codec)
+        return table._apply(upserts, empty_keys(spec.codec), version)
+
+    def delete(self, keys: Sequence[Any], version: int) -> Table:
+        """Remove records by key; keys that are not present are fine."""
+        codec = self.codec
+        keys = list(keys)
+        if codec is None or not keys:
+            return self
+        encoded = sorted({codec.encode(k) for k in keys})
+        spec = self.spec
+        deletes = pa.array(encoded, type=empty_keys(codec).type)
+        empty = pa.table({spec.key_field: pa.array([], type=codec.arrow_type)})
+        return self._apply(SortedRows(empty, empty_keys(codec)), deletes, version)
+
+    def _apply(self, upserts: SortedRows, deletes: pa.Array, version: int) -> Table:
+        n = len(upserts) + len(deletes)
+        if not n:
+            return self
+        spec, ts, pending = self.spec, self.ts, self.root.pending
+        if pending and version < ts.batch(pending[0]).upper:
+            raise UsageError(
+                f"cannot write version {version}: the table already holds version "
+                f"{ts.batch(pending[0]).upper}"
+            )
+        tree = self._tree()
+        data = self.data_ref()
+        if n > spec.limits.patch:
+            # Too big to stay pending: fold everything into the tablets at once.
+            contents = [
+                BatchContent(
+                    upserts, np.zeros(len(upserts), bool), deletes, np.zeros(len(deletes), bool)
+                ),
+                *(load_batch(ts, cid, spec.key_field, spec.codec) for cid in pending),
+            ]
+            folded = fold(contents, spec.key_field, spec.codec)
+            return self._rebuilt(tree.apply(data, folded.upserts, folded.deletes))
+        content = BatchContent(
+            upserts,
+            np.array(tree.exists(data, upserts.keys.to_pylist()), dtype=bool),
+            deletes,
+            np.array(tree.exists(data, deletes.to_pylist()), dtype=bool),
+        )
+        batch = write_batch(ts, content, version, version)
+        merged = merge_tier(ts, [batch, *pending], spec.key_field, spec.codec)
+        table = self._with_pending(data, tuple(merged))
+        if sum(ts.batch(cid).count for cid in merged) > spec.limits.patch:
+            return table.flush()
+        return table
+
+    def _with_pending(self, data: ChildRef | None, pending: tuple[CID, ...]) -> Table:
+        ts, spec = self.ts, self.spec
+        overlay = Overlay.load(ts, pending, spec.key_field, spec.codec)
+        base_count = data.count if data is not None else 0
+        base_size = data.size if data is not None else 0
+        table = self._with(
+            data=data.cid if data is not None else None,
+            pending=pending,
+            count=base_count + overlay.delta(),
+            size=base_size + sum(ts.batch(cid).size for cid in pending),
+        )
+        table._data, table._data_loaded, table._overlay = data, True, overlay
+        return table
+
+    def _rebuilt(self, data: ChildRef | None) -> Table:
+        return self._with_pending(data, ())
+
+    def flush(self) -> Table:
+        """Fold every pending batch into the tablets (a no-op when nothing is pending)."""
+        if not self.root.pending:
+            return self
+        content = self.overlay().content
+        return self._rebuilt(self._tree().apply(self.data_ref(), content.upserts, content.deletes))
+
+    def with_meta(self, meta: Any) -> Table:
+        return self._with(meta=meta)
+
+    def with_families(self, families: Mapping[str, Any]) -> Table:
+        """Rewrite every tablet with new field families."""
+        checked = check_families(families, self.root.key_field)
+        flushed = self.flush()
+        retyped = flushed._with(families=checked)
+        if flushed.root.data is None or not self.root.key_codec:
+            return retyped
+        old, new = flushed._tree(), retyped._tree()
+        leaves = list(old.leaves(flushed.data_ref()))
+        pieces = self.ts.map(lambda ref: new.write_tablets(old.read_rows(ref.cid)), leaves)
+        return retyped._rebuilt(new.finish([r for refs in pieces for r in refs]))
+
+    def build_from(self, tablet_ids: Sequence[CID]) -> Table:
+        """This table with its data replaced by the given tablets (pending changes dropped)."""
+        refs = [node_ref(self.ts, cid) for cid in tablet_ids]
+        allowed = {BASE, *self.root.families}
+        for i, ref in enumerate(refs):
+            if ref.height != 0:
+                raise UsageError(f"{ref.cid} is an index node, not a tablet")
+            extra = set(self.ts.tablet(ref.cid).segments) - allowed
+            if extra:
+                raise UsageError(f"tablet {ref.cid} has families {sorted(extra)} this table lacks")
+            if i and ref.first_key <= refs[i - 1].last_key:
+                raise UsageError(
+                    f"tablets must be in key order without overlap: {ref.cid} starts at or "
+                    f"before the end of {refs[i - 1].cid}"
+                )
+        if not self.root.key_codec:
+            raise UsageError("build_table needs a table whose key codec is known")
+        tree = self._tree()
+        tree._fresh = {}
+        return self._rebuilt(tree.finish(refs, check_all=True))
+
+    # -- reads ---------------------------------------------------------------------
+
+    def _empty(self, fields: Sequence[str] | None) -> pa.Table:
+        codec = self.codec
+        key_type = codec.arrow_type if codec is not None else pa.null()
+        return pa.table({self.root.key_field: pa.array([], type=key_type)})
+
+    def get(self, keys: Sequence[Any], fields: Sequence[str] | None = None) -> pa.Table:
+        """The records of the keys that exist (in no particular order), projected to ``fields``."""
+        codec = self.codec
+        if codec is None or not keys:
+            return self._empty(fields)
+        wanted = sorted({codec.encode(k) for k in keys})
+        overlay = self.overlay()
+        pieces: list[pa.Table] = []
+        overlay_rows: list[int] = []
+        rest: list[bytes] = []
+        for key in wanted:
+            row = overlay.lookup(key)
+            if row is None:
+                rest.append(key)
+            elif row >= 0:
+                overlay_rows.append(row)
+        key_field = self.root.key_field
+        if overlay_rows:
+            rows = overlay.content.upserts.table.take(pa.array(overlay_rows, type=pa.int64()))
+            pieces.append(
+                project(rows, fields, key_field=key_field) if fields is not None else rows
+            )
+        tree = self._tree()
+        for cid, part in tree.locate(self.data_ref(), rest).items():
+            positions = [p for p in tree.tablet_keys(cid).find(part) if p >= 0]
+            if positions:
+                rows = tree.read_rows(cid, fields).table
+                pieces.append(rows.take(pa.array(positions, type=pa.int64())))
+        if not pieces:
+            return self._empty(fields)
+        return concat_segments(pieces, key_field=key_field)
+
+    def _window(
+        self,
+        from_pk: Any,
+        to_pk: Any,
+        from_index: int | None,
+        to_index: int | None,
+        offset: int | None,
+        limit: int | None,
+        reverse: bool,
+    ) -> tuple[int, int]:
+        for name, value in (
+            ("from_index", from_index),
+            ("to_index", to_index),
+            ("offset", offset),
+            ("limit", limit),
+        ):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise UsageError(f"{name} must be a non-negative integer, got {value!r}")
+        start, stop = 0, self.count
+        codec = self.codec
+        if codec is None:
+            return 0, 0
+        tree, overlay, data = self._tree(), self.overlay(), self.data_ref()
+        if from_pk is not None:
+            key = codec.encode(from_pk)
+            rank = tree.merged_rank(data, key, inclusive=False)
+            start = max(start, rank + overlay.delta_before(key, inclusive=False))
+        if to_pk is not None:
+            key = codec.encode(to_pk)
+            rank = tree.merged_rank(data, key, inclusive=True)
+            stop = min(stop, rank + overlay.delta_before(key, inclusive=True))
+        if from_index is not None:
+            start = max(start, from_index)
+        if to_index is not None:
+            stop = min(stop, to_index + 1)
+        if not reverse:
+            start += offset or 0
+            if limit is not None:
+                stop = min(stop, start + limit)
+        else:
+            stop -= offset or 0
+            if limit is not None:
+                start = max(start, stop - limit)
+        return start, max(start, stop)
+
+    def scan(
+        self,
+        *,
+        fields: Sequence[str] | None = None,
+        from_pk: Any = None,
+        to_pk: Any = None,
+        from_index: int | None = None,
+        to_index: int | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> Iterator[pa.Table]:
+        """Record batches in key order (descending with ``reverse``); bounds are inclusive."""
+        start, stop = self._window(from_pk, to_pk, from_index, to_index, offset, limit, reverse)
+        if stop <= start:
+            return
+        tree, overlay = self._tree(), self.overlay()
+        plan = tree.plan(self.data_ref(), overlay, start, stop)
+        if reverse:
+            plan.reverse()
+        families = self.spec.families_for(fields)
+        for i in range(0, len(plan), _PREFETCH):
+            chunk = plan[i : i + _PREFETCH]
+            # Fetch the segments of several leaves concurrently before materialising them.
+            self.ts.segments(
+                [
+                    cid
+                    for leaf in chunk
+                    if leaf.ref is not None
+                    for name, cid in self.ts.tablet(leaf.ref.cid).segments.items()
+                    if families is None or name in families
+                ]
+            )
+            for leaf in chunk:
+                rows = tree.materialize(leaf, overlay, fields)
+                if reverse:
+                    rows = rows.take(pa.array(np.arange(rows.num_rows - 1, -1, -1)))
+                yield rows
+
+    def to_arrow(
+        self, *, fields: Sequence[str] | None = None, from_pk: Any = None, to_pk: Any = None
+    ) -> pa.Table:
+        """The whole table (or a key range) as one Arrow table."""
+        parts = list(self.scan(fields=fields, from_pk=from_pk, to_pk=to_pk))
+        if not parts:
+            return self._empty(fields)
+        return concat_segments(parts, key_field=self.root.key_field)
+
+    def tablets(self) -> list[ChildRef]:
+        """The tablets of the merged area in key order (pending changes are not in them)."""
+        if not self.root.key_codec:
+            return []
+        return list(self._tree().leaves(self.data_ref()))
+
+    def read_tablet(self, cid: CID, fields: Sequence[str] | None = None) -> pa.Table:
+        """The rows stored in one tablet, projected to ``fields``."""
+        return self._tree().read_rows(cid, fields).table

@@ -1,0 +1,420 @@
+"""The merged area: a B+-tree of tablets under index nodes, persistent and shared.
+
+Updates never modify a block. Changes are routed down to the tablets whose
+key ranges they fall in; only those tablets are rewritten (in parallel), and
+only the index nodes on their paths are rebuilt. Every other subtree is
+reused by link. Tablets split above ``tablet_size`` and merge with a
+neighbour below a quarter of it; index nodes hold at most ``branching``
+children and at least half of that (the root: at least two).
+
+Reads are planned by rank: each subtree's row count is its stored count plus
+the pending overlay's delta over its key range, so offsets, index bounds and
+limits skip whole subtrees without reading them.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from merkle.blocks.cid import CID
+from merkle.errors import IntegrityError
+from merkle.tablets.batch import Overlay
+from merkle.tablets.keyindex import KeyIndex, combine
+from merkle.tablets.keys import KeyCodec
+from merkle.tablets.nodes import (
+    BASE,
+    INDEX,
+    TABLET,
+    ChildRef,
+    IndexNode,
+    Limits,
+    TabletNode,
+)
+from merkle.tablets.rows import SortedRows, concat_sorted, cut_points, merge_changes
+from merkle.tablets.segment import join_families, project, split_families
+from merkle.tablets.store import TableStore
+
+__all__ = ["LeafSlice", "TableSpec", "Tree", "node_ref"]
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """What the tree code needs to know of a table: its key, families and limits."""
+
+    key_field: str
+    codec: KeyCodec
+    families: dict[str, tuple[str, ...]]
+    limits: Limits
+
+    def family_members(self) -> dict[str, str]:
+        """Field name -> family, for the fields that belong to a family."""
+        return {f: fam for fam, members in self.families.items() for f in members}
+
+    def families_for(self, fields: Sequence[str] | None) -> list[str] | None:
+        """The families a projection needs (None: all of them)."""
+        if fields is None:
+            return None
+        wanted = set(fields)
+        return [BASE, *sorted(f for f, members in self.families.items() if wanted & set(members))]
+
+
+@dataclass(frozen=True, slots=True)
+class LeafSlice:
+    """Rows ``[start, stop)`` of one leaf's effective rows (its tablet with the overlay laid on)."""
+
+    ref: ChildRef | None  # None: the table has no merged area; the overlay is everything
+    lo: bytes | None
+    hi: bytes | None
+    start: int
+    stop: int
+
+
+def node_ref(ts: TableStore, cid: CID) -> ChildRef:
+    """The ChildRef of a stored tablet or index node."""
+    node = ts.blocks.get_node(cid)
+    kind = node.get("type") if isinstance(node, dict) else None
+    if kind == TABLET:
+        tablet = ts.tablet(cid)
+        return ChildRef(cid, 0, tablet.count, tablet.size, tablet.first_key, tablet.last_key)
+    if kind == INDEX:
+        index = ts.index(cid)
+        children = index.children
+        return ChildRef(
+            cid, index.height, index.count, index.size, children[0].first_key, children[-1].last_key
+        )
+    raise IntegrityError(f"block {cid} is a {kind!r} node, not a tablet or index node")
+
+
+class Tree:
+    """Operations on one table's merged area (stateless apart from caches in ``ts``)."""
+
+    def __init__(self, ts: TableStore, spec: TableSpec) -> None:
+        self.ts = ts
+        self.spec = spec
+        # Nodes made by the running operation: only they can be underfull.
+        self._fresh: dict[bytes, int] = {}
+
+    # -- reading tablets ---------------------------------------------------------
+
+    def tablet_keys(self, cid: CID) -> KeyIndex:
+        """The sorted encoded keys of a tablet (from its base segment, cached)."""
+        tablet = self.ts.tablet(cid)
+        key_field, codec = self.spec.key_field, self.spec.codec
+
+        def build() -> pa.Array:
+            base = self.ts.segment(tablet.segments[BASE])
+            return combine(codec.encode_array(base.column(key_field)))
+
+        return self.ts.key_index(cid, build)
+
+    def read_rows(self, cid: CID, fields: Sequence[str] | None = None) -> SortedRows:
+        """A tablet's rows (all fields, or the key plus ``fields``), in key order."""
+        tablet = self.ts.tablet(cid)
+        wanted = self.spec.families_for(fields)
+        names = [f for f in tablet.segments if wanted is None or f in wanted]
+        if BASE in names:
+            names.remove(BASE)
+        names.insert(0, BASE)
+        tables = self.ts.segments([tablet.segments[name] for name in names])
+        table = join_families(dict(zip(names, tables, strict=True)))
+        if fields is not None:
+            table = project(table, fields, key_field=self.spec.key_field)
+        return SortedRows(table, self.tablet_keys(cid).keys)
+
+    # -- writing tablets and index nodes -----------------------------------------
+
+    def write_tablets(self, rows: SortedRows) -> list[ChildRef]:
+        """Cut sorted rows into tablets of at most ``tablet_size`` and store them."""
+        n = len(rows)
+        if not n:
+            return []
+        cuts = cut_points(n, self.spec.limits.tablet_size)
+        refs: list[ChildRef] = []
+        group = 16  # tablets encoded at once: bounds memory on huge builds
+        for g in range(0, len(cuts) - 1, group):
+            pieces = [
+                rows.slice(cuts[i], cuts[i + 1]) for i in range(g, min(g + group, len(cuts) - 1))
+            ]
+            refs += self._store_tablets(pieces)
+        return refs
+
+    def _store_tablets(self, pieces: list[SortedRows]) -> list[ChildRef]:
+        layouts: list[list[str]] = []
+        tables: list[pa.Table] = []
+        for piece in pieces:
+            parts = split_families(
+                piece.table, key_field=self.spec.key_field, families=self.spec.families
+            )
+            names = [name for name, t in parts.items() if name == BASE or t.num_columns]
+            layouts.append(names)
+            tables += [parts[name] for name in names]
+        stored = iter(self.ts.put_segments(tables))
+        refs = []
+        for piece, names in zip(pieces, layouts, strict=True):
+            segs = [next(stored) for _ in names]
+            node = TabletNode(
+                count=len(piece),
+                size=sum(nbytes for _, nbytes in segs),
+                first_key=piece.keys[0].as_py(),
+                last_key=piece.keys[len(piece) - 1].as_py(),
+                segments={name: cid for name, (cid, _) in zip(names, segs, strict=True)},
+            )
+            cid = self.ts.put_node(node.to_node())
+            self._fresh[cid.bytes] = node.count
+            refs.append(ChildRef(cid, 0, node.count, node.size, node.first_key, node.last_key))
+        return refs
+
+    def pack(self, refs: Sequence[ChildRef], height: int) -> list[ChildRef]:
+        """Group refs (of height ``height - 1``) evenly under as few index nodes as fit."""
+        if not refs:
+            return []
+        cuts = cut_points(len(refs), self.spec.limits.branching)
+        out = []
+        for i in range(len(cuts) - 1):
+            group = tuple(refs[cuts[i] : cuts[i + 1]])
+            node = IndexNode(height, group)
+            cid = self.ts.put_node(node.to_node())
+            self._fresh[cid.bytes] = len(group)
+            out.append(
+                ChildRef(cid, height, node.count, node.size, group[0].first_key, group[-1].last_key)
+            )
+        return out
+
+    def _underfull(self, ref: ChildRef, check_all: bool) -> bool:
+        fill = self._fresh.get(ref.cid.bytes)
+        if fill is None:
+            if not check_all:
+                return False
+            fill = ref.count if ref.height == 0 else len(self.ts.index(ref.cid).children)
+        limits = self.spec.limits
+        return fill < (limits.min_tablet if ref.height == 0 else limits.min_children)
+
+    def fix_underfull(self, refs: list[ChildRef], *, check_all: bool = False) -> list[ChildRef]:
+        """Merge underfull siblings with a neighbour until none is left (or one ref remains)."""
+        refs = list(refs)
+        while len(refs) > 1:
+            j = next((i for i, r in enumerate(refs) if self._underfull(r, check_all)), None)
+            if j is None:
+                break
+            a = j if j + 1 < len(refs) else j - 1
+            refs[a : a + 2] = self._merge_pair(refs[a], refs[a + 1], check_all)
+        return refs
+
+    def _merge_pair(self, a: ChildRef, b: ChildRef, check_all: bool) -> list[ChildRef]:
+        if a.height == 0:
+            rows = concat_sorted(
+                [self.read_rows(a.cid), self.read_rows(b.cid)], self.spec.key_field
+            )
+            return self.write_tablets(rows)
+        children = list(self.ts.index(a.cid).children) + list(self.ts.index(b.cid).children)
+        return self.pack(self.fix_underfull(children, check_all=check_all), a.height)
+
+    def finish(self, refs: list[ChildRef], *, check_all: bool = False) -> ChildRef | None:
+        """Stack refs of one height into a single root, collapsing single-child roots."""
+        if not refs:
+            return None
+        refs = self.fix_underfull(refs, check_all=check_all)
+        while len(refs) > 1:
+            refs = self.pack(refs, refs[0].height + 1)
+        root = refs[0]
+        while root.height > 0:
+            children = self.ts.index(root.cid).children
+            if len(children) > 1:
+                break
+            root = children[0]
+        return root
+
+    # -- updates -----------------------------------------------------------------
+
+    def apply(
+        self, data: ChildRef | None, upserts: SortedRows, deletes: pa.Array
+    ) -> ChildRef | None:
+        """The merged area with ``upserts`` written and ``deletes`` removed."""
+        self._fresh = {}
+        if data is None:
+            return self.finish(self.write_tablets(upserts))
+        leaves: dict[CID, tuple[ChildRef, SortedRows, pa.Array]] = {}
+        touched: set[CID] = set()
+        self._route(data, upserts, deletes, leaves, touched)
+        jobs = list(leaves.values())
+        results = self.ts.map(self._rewrite_leaf, jobs)
+        rewritten = {}
+        for (ref, _, _), new_refs in zip(jobs, results, strict=True):
+            rewritten[ref.cid] = new_refs
+            for new in new_refs:
+                self._fresh[new.cid.bytes] = new.count
+        return self.finish(self._splice(data, rewritten, touched))
+
+    def _route(
+        self,
+        ref: ChildRef,
+        upserts: SortedRows,
+        deletes: pa.Array,
+        leaves: dict[CID, tuple[ChildRef, SortedRows, pa.Array]],
+        touched: set[CID],
+    ) -> None:
+        if not len(upserts) and not len(deletes):
+            return
+        if ref.height == 0:
+            leaves[ref.cid] = (ref, upserts, deletes)
+            return
+        touched.add(ref.cid)
+        node = self.ts.index(ref.cid)
+        seps = node.keys
+        up_at = _ranks(upserts.keys, seps)
+        del_at = _ranks(deletes, seps)
+        for i, child in enumerate(node.children):
+            self._route(
+                child,
+                upserts.slice(up_at[i], up_at[i + 1]),
+                deletes.slice(del_at[i], del_at[i + 1] - del_at[i]),
+                leaves,
+                touched,
+            )
+
+    def _rewrite_leaf(self, job: tuple[ChildRef, SortedRows, pa.Array]) -> list[ChildRef]:
+        ref, upserts, deletes = job
+        merged = merge_changes(self.read_rows(ref.cid), upserts, deletes, self.spec.key_field)
+        return self.write_tablets(merged)
+
+    def _splice(
+        self, ref: ChildRef, rewritten: dict[CID, list[ChildRef]], touched: set[CID]
+    ) -> list[ChildRef]:
+        if ref.height == 0:
+            return rewritten.get(ref.cid, [ref])
+        if ref.cid not in touched:
+            return [ref]
+        out: list[ChildRef] = []
+        for child in self.ts.index(ref.cid).children:
+            out += self._splice(child, rewritten, touched)
+        return self.pack(self.fix_underfull(out), ref.height)
+
+    def replace_leaves(
+        self, data: ChildRef, rewritten: dict[CID, list[ChildRef]]
+    ) -> ChildRef | None:
+        """Splice tablets rewritten elsewhere (e.g. by Spark tasks) back into the tree."""
+        self._fresh = {new.cid.bytes: new.count for refs in rewritten.values() for new in refs}
+        touched: set[CID] = set()
+
+        def mark(ref: ChildRef) -> bool:
+            if ref.height == 0:
+                return ref.cid in rewritten
+            hit = any([mark(child) for child in self.ts.index(ref.cid).children])
+            if hit:
+                touched.add(ref.cid)
+            return hit
+
+        mark(data)
+        return self.finish(self._splice(data, rewritten, touched))
+
+    # -- walking -----------------------------------------------------------------
+
+    def leaves(self, data: ChildRef | None) -> Iterator[ChildRef]:
+        """Every tablet in key order."""
+        if data is None:
+            return
+        if data.height == 0:
+            yield data
+            return
+        for child in self.ts.index(data.cid).children:
+            yield from self.leaves(child)
+
+    def plan(
+        self, data: ChildRef | None, overlay: Overlay, start: int, stop: int
+    ) -> list[LeafSlice]:
+        """The leaves (and row ranges in them) that hold effective rows ``[start, stop)``."""
+        out: list[LeafSlice] = []
+        if stop <= start:
+            return out
+        if data is None:
+            out.append(LeafSlice(None, None, None, start, min(stop, overlay.delta())))
+            return out
+
+        def visit(ref: ChildRef, lo: bytes | None, hi: bytes | None, base: int) -> None:
+            size = ref.count + overlay.delta(lo, hi)
+            if base >= stop or base + size <= start:
+                return
+            if ref.height == 0:
+                out.append(LeafSlice(ref, lo, hi, max(start - base, 0), min(stop - base, size)))
+                return
+            children = self.ts.index(ref.cid).children
+            for i, child in enumerate(children):
+                clo = lo if i == 0 else child.first_key
+                chi = hi if i == len(children) - 1 else children[i + 1].first_key
+                visit(child, clo, chi, base)
+                base += child.count + overlay.delta(clo, chi)
+                if base >= stop:
+                    return
+
+        visit(data, None, None, 0)
+        return out
+
+    def materialize(
+        self, leaf: LeafSlice, overlay: Overlay, fields: Sequence[str] | None
+    ) -> pa.Table:
+        """The effective rows ``[start, stop)`` of one leaf, projected to ``fields``."""
+        upserts, deletes = overlay.changes(leaf.lo, leaf.hi)
+        if fields is not None:
+            upserts = SortedRows(
+                project(upserts.table, fields, key_field=self.spec.key_field), upserts.keys
+            )
+        if leaf.ref is None:
+            rows = upserts
+        else:
+            base = self.read_rows(leaf.ref.cid, fields)
+            rows = merge_changes(base, upserts, deletes, self.spec.key_field)
+        return rows.table.slice(leaf.start, leaf.stop - leaf.start)
+
+    def merged_rank(self, data: ChildRef | None, key: bytes, *, inclusive: bool) -> int:
+        """How many merged-area rows have keys ``< key`` (``<=`` with ``inclusive``)."""
+        rank = 0
+        ref = data
+        while ref is not None:
+            if ref.height == 0:
+                return rank + self.tablet_keys(ref.cid).rank(key, inclusive=inclusive)
+            node = self.ts.index(ref.cid)
+            i = bisect.bisect_right(node.keys, key)
+            rank += sum(child.count for child in node.children[:i])
+            ref = node.children[i]
+        return rank
+
+    def locate(self, data: ChildRef | None, keys: Sequence[bytes]) -> dict[CID, list[bytes]]:
+        """Group sorted encoded keys by the tablet whose range holds them."""
+        groups: dict[CID, list[bytes]] = {}
+        if data is None or not keys:
+            return groups
+
+        def descend(ref: ChildRef, part: Sequence[bytes]) -> None:
+            if not part:
+                return
+            if ref.height == 0:
+                groups[ref.cid] = list(part)
+                return
+            node = self.ts.index(ref.cid)
+            seps = node.keys
+            cuts = [0] + [bisect.bisect_left(part, s) for s in seps] + [len(part)]
+            for i, child in enumerate(node.children):
+                descend(child, part[cuts[i] : cuts[i + 1]])
+
+        descend(data, keys)
+        return groups
+
+    def exists(self, data: ChildRef | None, keys: Sequence[bytes]) -> list[bool]:
+        """Whether each encoded key is in the merged area (keys sorted and unique)."""
+        found: set[bytes] = set()
+        for cid, part in self.locate(data, keys).items():
+            rows = self.tablet_keys(cid).find(part)
+            found.update(k for k, r in zip(part, rows, strict=True) if r >= 0)
+        return [k in found for k in keys]
+
+
+def _ranks(keys: pa.Array, separators: Sequence[bytes]) -> list[int]:
+    """Split points of sorted ``keys`` at each separator: ``[0, r1, ..., len]``."""
+    if not len(keys):
+        return [0] * (len(separators) + 2)
+    index = KeyIndex(keys)
+    return [0, *(index.rank(s) for s in separators), len(keys)]

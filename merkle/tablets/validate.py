@@ -1,0 +1,260 @@
+"""Check every structural invariant of a table version.
+
+``validate`` reads the whole table and raises :class:`IntegrityError` on the
+first violation, naming its path from the table root (for example
+``data/children[3]/children[0] (tablet bafy...)``). The invariants are the
+ones the tree and batch code rely on: key order and ranges, counts and sizes
+that match what they summarise, tablet and node fill, equal leaf heights,
+batch version ranges and size tiers, and the ``in_merged`` flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow.compute as pc
+
+from merkle.blocks.cid import CID
+from merkle.errors import IntegrityError, MerkleError
+from merkle.tablets.batch import Overlay, load_batch
+from merkle.tablets.keyindex import combine
+from merkle.tablets.nodes import BASE, ChildRef
+from merkle.tablets.store import TableStore
+from merkle.tablets.table import Table
+from merkle.tablets.tree import TableSpec, Tree, node_ref
+
+__all__ = ["validate"]
+
+
+class _ViolationError(Exception):
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+
+
+@dataclass
+class _Walk:
+    ts: TableStore
+    spec: TableSpec
+    tree: Tree
+    leaves: int = 0
+
+    def check(self, ok: bool, path: str, problem: str) -> None:
+        if not ok:
+            raise _ViolationError(path, problem)
+
+    def subtree(
+        self, ref: ChildRef, lo: bytes | None, hi: bytes | None, path: str, is_root: bool
+    ) -> None:
+        check = self.check
+        check(ref.first_key <= ref.last_key, path, "first key is after last key")
+        check(
+            lo is None or ref.first_key >= lo,
+            path,
+            "first key is below the range its parent gives it",
+        )
+        check(
+            hi is None or ref.last_key < hi,
+            path,
+            "last key is at or above the range its parent gives it",
+        )
+        if ref.height == 0:
+            self.tablet(ref, f"{path} (tablet {ref.cid})", is_root)
+            return
+        node = self.ts.index(ref.cid)
+        here = f"{path} (index {ref.cid})"
+        limits = self.spec.limits
+        n = len(node.children)
+        check(
+            node.height == ref.height, here, f"height {node.height}, its parent says {ref.height}"
+        )
+        check(
+            n <= limits.branching,
+            here,
+            f"{n} children, more than the branching factor {limits.branching}",
+        )
+        least = 2 if is_root else limits.min_children
+        check(n >= least, here, f"{n} children, fewer than the minimum {least}")
+        check(node.count == ref.count, here, f"count {node.count}, its parent says {ref.count}")
+        check(node.size == ref.size, here, f"size {node.size}, its parent says {ref.size}")
+        check(
+            node.children[0].first_key == ref.first_key,
+            here,
+            "first key differs from its first child's",
+        )
+        check(
+            node.children[-1].last_key == ref.last_key,
+            here,
+            "last key differs from its last child's",
+        )
+        for i, child in enumerate(node.children):
+            check(child.height == node.height - 1, here, f"child {i} is not one level down")
+            if i:
+                prev = node.children[i - 1]
+                check(
+                    prev.last_key < child.first_key,
+                    here,
+                    f"children {i - 1} and {i} overlap or are out of order",
+                )
+            clo = lo if i == 0 else child.first_key
+            chi = hi if i == n - 1 else node.children[i + 1].first_key
+            self.subtree(child, clo, chi, f"{path}/children[{i}]", False)
+
+    def tablet(self, ref: ChildRef, here: str, is_root: bool) -> None:
+        check, spec = self.check, self.spec
+        self.leaves += 1
+        tablet = self.ts.tablet(ref.cid)
+        check(tablet.count == ref.count, here, f"count {tablet.count}, its parent says {ref.count}")
+        check(tablet.size == ref.size, here, f"size {tablet.size}, its parent says {ref.size}")
+        check(
+            tablet.first_key == ref.first_key and tablet.last_key == ref.last_key,
+            here,
+            "key range differs from its parent's record",
+        )
+        check(BASE in tablet.segments, here, "has no base segment")
+        check(
+            0 < tablet.count <= spec.limits.tablet_size,
+            here,
+            f"holds {tablet.count} records; the limit is {spec.limits.tablet_size}",
+        )
+        if not is_root:
+            check(
+                tablet.count >= spec.limits.min_tablet,
+                here,
+                f"holds {tablet.count} records, under the minimum {spec.limits.min_tablet}",
+            )
+        size = 0
+        members = spec.family_members()
+        for name, cid in tablet.segments.items():
+            check(
+                name == BASE or name in spec.families,
+                here,
+                f"has a segment for unknown family {name!r}",
+            )
+            table = self.ts.segment(cid)
+            size += self.ts.blocks.stat(cid).size
+            check(
+                table.num_rows == tablet.count,
+                here,
+                f"segment {name!r} has {table.num_rows} rows, the tablet says {tablet.count}",
+            )
+            for field in table.column_names:
+                if name == BASE:
+                    check(
+                        field == spec.key_field or field not in members,
+                        here,
+                        f"field {field!r} is in the base segment but belongs to family "
+                        f"{members.get(field)!r}",
+                    )
+                else:
+                    check(
+                        members.get(field) == name,
+                        here,
+                        f"field {field!r} is in segment {name!r} but not in that family",
+                    )
+        check(
+            size == tablet.size, here, f"segments hold {size} bytes, the tablet says {tablet.size}"
+        )
+        keys = combine(
+            spec.codec.encode_array(self.ts.segment(tablet.segments[BASE]).column(spec.key_field))
+        )
+        if len(keys) > 1:
+            check(
+                pc.all(pc.less(keys.slice(0, len(keys) - 1), keys.slice(1))).as_py(),
+                here,
+                "keys are not strictly increasing",
+            )
+        check(
+            keys[0].as_py() == tablet.first_key and keys[len(keys) - 1].as_py() == tablet.last_key,
+            here,
+            "first or last key differs from its rows",
+        )
+
+
+def validate(ts: TableStore, root: CID | Table) -> None:
+    """Raise :class:`IntegrityError` naming the first broken invariant of a table."""
+    table = root if isinstance(root, Table) else Table.load(ts, root)
+    label = str(root) if isinstance(root, CID) else "table"
+    try:
+        _validate(ts, table)
+    except _ViolationError as exc:
+        raise IntegrityError(f"table {label}: {exc}") from None
+    except MerkleError as exc:
+        raise IntegrityError(f"table {label}: cannot be read: {exc}") from exc
+
+
+def _validate(ts: TableStore, table: Table) -> None:
+    root = table.root
+    if root.key_codec is None:
+        if root.data is not None or root.pending or root.count:
+            raise _ViolationError("root", "holds data but has no key codec")
+        return
+    spec = table.spec
+    tree = Tree(ts, spec)
+    walk = _Walk(ts, spec, tree)
+    data = node_ref(ts, root.data) if root.data is not None else None
+    if data is not None:
+        walk.subtree(data, None, None, "data", True)
+    data_count = data.count if data is not None else 0
+    data_size = data.size if data is not None else 0
+
+    batches = [ts.batch(cid) for cid in root.pending]
+    total = 0
+    for i, (cid, batch) in enumerate(zip(root.pending, batches, strict=True)):
+        here = f"pending[{i}] (batch {cid})"
+        walk.check(
+            batch.lower <= batch.upper, here, f"version range {batch.lower}..{batch.upper} is empty"
+        )
+        if i:
+            newer = batches[i - 1]
+            walk.check(
+                newer.lower > batch.upper,
+                here,
+                "version range overlaps or is not older than the batch before it",
+            )
+            walk.check(
+                2 * newer.count < batch.count,
+                here,
+                f"size tier broken: {newer.count} records after {batch.count} "
+                "(each batch must be under half the next older)",
+            )
+        content = load_batch(ts, cid, spec.key_field, spec.codec)
+        up = content.upserts.keys
+        if len(up) > 1:
+            walk.check(
+                pc.all(pc.less(up.slice(0, len(up) - 1), up.slice(1))).as_py(),
+                here,
+                "upsert keys are not strictly increasing",
+            )
+        dk = content.deletes.to_pylist()
+        walk.check(dk == sorted(set(dk)), here, "deleted keys are not sorted and unique")
+        walk.check(not set(dk) & set(up.to_pylist()), here, "a key is both upserted and deleted")
+        expected = np.array(tree.exists(data, up.to_pylist()), dtype=bool)
+        walk.check(
+            bool(np.array_equal(expected, content.upserts_in_merged)),
+            here,
+            "upsert in_merged flags are wrong",
+        )
+        expected = np.array(tree.exists(data, dk), dtype=bool)
+        walk.check(
+            bool(np.array_equal(expected, content.deletes_in_merged)),
+            here,
+            "delete in_merged flags are wrong",
+        )
+        total += batch.count
+    walk.check(
+        total <= spec.limits.patch,
+        "pending",
+        f"holds {total} records, above the patch limit {spec.limits.patch}",
+    )
+    overlay = Overlay.load(ts, root.pending, spec.key_field, spec.codec)
+    count = data_count + overlay.delta()
+    walk.check(
+        root.count == count,
+        "root",
+        f"count {root.count}, the data and pending batches hold {count}",
+    )
+    size = data_size + sum(b.size for b in batches)
+    walk.check(
+        root.size == size, "root", f"size {root.size}, the data and pending batches hold {size}"
+    )

@@ -1,0 +1,128 @@
+"""Bad input to the table layer: a clear merkle.errors exception and no partial state."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from merkle.blocks import BlockStore
+from merkle.errors import IntegrityError, UsageError
+from merkle.storage.memory import MemoryStore
+from merkle.tablets import Limits, Table, TableStore, check_limits, validate
+from merkle.tablets.nodes import IndexNode
+
+
+@pytest.fixture
+def setup() -> tuple[MemoryStore, TableStore, Table]:
+    store = MemoryStore()
+    ts = TableStore(BlockStore(store))
+    table = Table.new(ts, key_field="id", limits=Limits(tablet_size=4, branching=4, patch=4))
+    table = table.write([{"id": i, "v": i} for i in range(40)], version=1)
+    return store, ts, table
+
+
+def _keys(store: MemoryStore) -> set[str]:
+    return {info.key for info in store.list()}
+
+
+@pytest.mark.parametrize(
+    ("records", "message"),
+    [
+        ([{"id": "seven", "v": 1}], "int"),
+        ([{"id": True}], "int"),
+        ([{"id": 1 << 70}], "64"),
+        ([{"v": 1}], "id"),
+        ([{"id": None, "v": 1}], "id"),
+        ([{"id": 1, "": 2}], "field name"),
+        ([{"id": 1, 5: 2}], "field name"),
+        ([{"id": 1, "v": object()}], "object"),
+        (["not a dict"], "dict"),
+    ],
+)
+def test_bad_writes_raise_and_write_nothing(
+    setup: tuple[MemoryStore, TableStore, Table], records: list[Any], message: str
+) -> None:
+    store, _, table = setup
+    before = _keys(store)
+    with pytest.raises(UsageError, match=message):
+        table.write(records, version=2)
+    assert _keys(store) == before
+    assert table.count == 40
+
+
+def test_bad_arrow_writes(setup: tuple[MemoryStore, TableStore, Table]) -> None:
+    store, _, table = setup
+    before = _keys(store)
+    with pytest.raises(UsageError, match="id"):
+        table.write(pa.table({"other": [1, 2]}), version=2)
+    with pytest.raises(UsageError):
+        table.write(pa.table({"id": pa.array([1, None])}), version=2)
+    with pytest.raises(UsageError):
+        table.write(pa.table({"id": ["a", "b"]}), version=2)
+    assert _keys(store) == before
+
+
+def test_bad_reads(setup: tuple[MemoryStore, TableStore, Table]) -> None:
+    _, _, table = setup
+    with pytest.raises(UsageError, match="int"):
+        table.get(["x"])
+    with pytest.raises(UsageError, match="int"):
+        table.delete([1.5], version=2)
+    with pytest.raises(UsageError, match="int"):
+        list(table.scan(from_pk="a"))
+    for option in ("offset", "limit", "from_index", "to_index"):
+        with pytest.raises(UsageError, match=option):
+            list(table.scan(**{option: -1}))
+
+
+def test_bad_settings() -> None:
+    ts = TableStore(BlockStore(MemoryStore()))
+    with pytest.raises(UsageError, match="key field"):
+        Table.new(ts, key_field="")
+    with pytest.raises(UsageError, match="codec"):
+        Table.new(ts, key_field="id", key_codec="complex")
+    with pytest.raises(UsageError, match="base"):
+        Table.new(ts, key_field="id", families={"base": {"a"}})
+    with pytest.raises(UsageError, match="two families"):
+        Table.new(ts, key_field="id", families={"f": {"a"}, "g": {"a"}})
+    with pytest.raises(UsageError, match="key field"):
+        Table.new(ts, key_field="id", families={"f": {"id"}})
+    with pytest.raises(UsageError, match="branching_factor"):
+        check_limits(branching=1)
+    with pytest.raises(UsageError, match="tablet_size_limit"):
+        check_limits(tablet_size=0)
+
+
+def test_build_from_rejects_unordered_tablets(setup: tuple[MemoryStore, TableStore, Table]) -> None:
+    _, _, table = setup
+    table = table.flush()
+    tablets = [ref.cid for ref in table.tablets()]
+    with pytest.raises(UsageError, match="key order"):
+        table.build_from(list(reversed(tablets)))
+    index = table.root.data
+    assert index is not None
+    with pytest.raises(UsageError, match="index node"):
+        table.build_from([index])
+    rebuilt = table.build_from(tablets[:3])
+    assert rebuilt.count == sum(ref.count for ref in table.tablets()[:3])
+
+
+def test_validate_names_the_broken_place(setup: tuple[MemoryStore, TableStore, Table]) -> None:
+    _, ts, table = setup
+    table = table.flush()
+    validate(ts, table)
+    with pytest.raises(IntegrityError, match="root: count"):
+        validate(ts, Table(ts, replace(table.root, count=table.count + 1)))
+    # An index node that misstates one child's count.
+    data = table.root.data
+    assert data is not None
+    node = ts.index(data)
+    first = node.children[0]
+    bad = IndexNode(node.height, (replace(first, count=first.count + 1), *node.children[1:]))
+    bad_cid = ts.put_node(bad.to_node())
+    broken = Table(ts, replace(table.root, data=bad_cid, count=table.count + 1))
+    with pytest.raises(IntegrityError, match=r"data/children\[0\]"):
+        validate(ts, broken)
