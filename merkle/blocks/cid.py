@@ -9,9 +9,9 @@ other bases), and in tests as the reference our bytes must equal.
 
 from __future__ import annotations
 
-import base64
 import builtins
 import hashlib
+import re
 from typing import Any, Final
 
 import blake3
@@ -126,10 +126,9 @@ class CID:
             return text
         if not isinstance(text, str) or not text:
             raise UsageError(f"a CID must be a non-empty string, got {text!r}")
-        if text[0] == "b" and text.islower():
+        if text[0] == "b":
             try:
-                padded = text[1:].upper() + "=" * (-(len(text) - 1) % 8)
-                return cls.from_bytes(base64.b32decode(padded))
+                return cls.from_bytes(_base32_decode(text[1:]))
             except (ValueError, UsageError):
                 pass
         try:
@@ -185,7 +184,7 @@ class CID:
 
                 self._str = str(MFCID.decode(self._bytes))
             else:
-                self._str = "b" + base64.b32encode(self._bytes).decode("ascii").lower().rstrip("=")
+                self._str = "b" + _base32_encode(self._bytes)
         return self._str
 
     def __repr__(self) -> str:
@@ -202,6 +201,38 @@ class CID:
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (CID, (self._bytes,))
+
+
+# Base32 (RFC 4648, lower case, no padding) is the multibase "b" form of CIDv1.
+# The standard library's base64.b32encode/b32decode are pure Python before 3.13
+# and cost several microseconds a CID; every block key is a CID string.
+_BASE32 = "abcdefghijklmnopqrstuvwxyz234567"
+_BASE32_PAIRS = tuple(a + b for a in _BASE32 for b in _BASE32)  # 10 bits -> 2 characters
+_BASE32_TEXT = re.compile("[a-z2-7]*")
+_BASE32_TO_INT_DIGITS = str.maketrans(_BASE32, "0123456789abcdefghijklmnopqrstuv")
+
+
+def _base32_encode(raw: bytes) -> str:
+    """Lower-case, unpadded RFC 4648 base32 of ``raw``."""
+    size = len(raw)
+    pad = -size % 5  # whole 40-bit groups: 8 characters each
+    value = int.from_bytes(raw, "big") << (pad * 8)
+    bits = (size + pad) * 8
+    text = "".join([_BASE32_PAIRS[(value >> shift) & 0x3FF] for shift in range(bits - 10, -1, -10)])
+    return text[: (size * 8 + 4) // 5]
+
+
+def _base32_decode(text: str) -> bytes:
+    """The bytes of lower-case, unpadded RFC 4648 base32; ValueError if it is not that."""
+    if not _BASE32_TEXT.fullmatch(text):
+        raise ValueError("not lower-case base32")
+    size, spare = divmod(len(text) * 5, 8)
+    if spare >= 5:
+        raise ValueError("base32 text has an impossible length")
+    value = int(text.translate(_BASE32_TO_INT_DIGITS), 32) if text else 0
+    if value & ((1 << spare) - 1):
+        raise ValueError("base32 text has non-zero padding bits")
+    return (value >> spare).to_bytes(size, "big")
 
 
 def _parse(raw: bytes) -> tuple[int, int, int, bytes]:

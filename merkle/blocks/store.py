@@ -81,7 +81,8 @@ class BlockStore:
         for data, codec in blocks:
             if not isinstance(data, (bytes, bytearray, memoryview)):
                 raise UsageError(f"block data must be bytes, got {type(data).__name__}")
-            data = bytes(data)
+            if type(data) is not bytes:
+                data = bytes(data)  # freeze a bytearray or memoryview; bytes are used as is
             cid = CID.of(data, codec_code(codec), self.hash_code)
             cids.append(cid)
             pending[self.key(cid)] = data

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import pickle
 
 import multiformats
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from multiformats import multihash
 
 from merkle.blocks import BLAKE3, CID, DAG_CBOR, RAW, SHA2_256
+from merkle.blocks.cid import _base32_decode, _base32_encode
 from merkle.errors import IntegrityError, UsageError
 
 CODECS = {"raw": RAW, "dag-cbor": DAG_CBOR}
@@ -105,3 +107,16 @@ def test_unknown_codec_or_hash_is_a_usage_error(codec: object, hash_name: object
 def test_cid_of_non_bytes_is_a_usage_error(data: object) -> None:
     with pytest.raises(UsageError, match="bytes"):
         CID.of(data)  # type: ignore[arg-type]
+
+
+@given(st.binary(max_size=80))
+def test_base32_matches_the_standard_library(raw: bytes) -> None:
+    text = base64.b32encode(raw).decode("ascii").lower().rstrip("=")
+    assert _base32_encode(raw) == text
+    assert _base32_decode(text) == raw
+
+
+@pytest.mark.parametrize("text", ["A", "1", "a", "aaa", "ab", "bafy!"])
+def test_base32_decoding_refuses_what_is_not_canonical_base32(text: str) -> None:
+    with pytest.raises(ValueError, match="base32"):
+        _base32_decode(text)
