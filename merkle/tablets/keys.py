@@ -737,6 +737,8 @@ def _parse(spec: str, tokens: list[str], pos: int) -> tuple[KeyCodec, int]:
     name = tokens[pos]
     if name in _SCALARS:
         return _SCALARS[name], pos + 1
+    if name in "(),":
+        raise _bad_spec(spec, f"expected a codec, found {name!r}")
     if name not in ("tuple", "reverse"):
         raise _bad_spec(spec, f"unknown codec {name!r}")
     if pos + 1 >= len(tokens) or tokens[pos + 1] != "(":

@@ -131,7 +131,9 @@ def _cbor_encode(value: Any) -> bytes:
         raise _UnsupportedValueError(value) from None
 
 
-_CBOR_ENCODERS = {datetime.datetime: _encode_datetime}
+_CBOR_ENCODERS: dict[type, Callable[[cbor2.CBOREncoder, Any], Any]] = {
+    datetime.datetime: _encode_datetime
+}
 
 
 def _tag_hook(*args: Any) -> Any:
