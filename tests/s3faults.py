@@ -21,6 +21,8 @@ Kinds:
 * ``"5xx"``: a 500 InternalError response.
 * ``"slowdown"``: a 503 SlowDown (throttling) response.
 * ``"412"``: a 412 PreconditionFailed response.
+* ``"409"``: a 409 ConditionalRequestConflict (a racing conditional write).
+* ``"403"``: a 403 AccessDenied (a failure that is not worth retrying).
 
 Only the given store's client is hooked: a copy made by pickling has a client
 of its own and sees no faults.
@@ -59,19 +61,21 @@ __all__ = [
     "set_moto_mtime",
 ]
 
-FaultKind = Literal["timeout", "connection", "5xx", "slowdown", "412"]
+FaultKind = Literal["timeout", "connection", "5xx", "slowdown", "412", "409", "403"]
 
 _ERROR_RESPONSES: dict[str, tuple[int, str, str]] = {
     "5xx": (500, "InternalError", "We encountered an internal error. Please try again."),
     "slowdown": (503, "SlowDown", "Please reduce your request rate."),
-    "412": (412, "PreconditionFailed", "At least one of the preconditions you specified did not hold."),
+    "412": (412, "PreconditionFailed", "At least one of the preconditions did not hold."),
+    "409": (409, "ConditionalRequestConflict", "A conflicting operation is in progress."),
+    "403": (403, "AccessDenied", "Access Denied"),
 }
 
 _hook_ids = itertools.count()
 
 
 class Faults:
-    """What an :func:`inject_s3_faults` block did: faults fired, requests that reached the server."""
+    """What an :func:`inject_s3_faults` block did: faults fired, requests that reached S3."""
 
     def __init__(self, times: int) -> None:
         self.remaining = times

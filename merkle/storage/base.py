@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 import importlib
 import os
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -177,8 +178,12 @@ class ObjectStore(ABC):
         """Create ``key`` only if it does not exist; True if this call created it."""
 
     def put_many(self, items: Iterable[tuple[str, bytes]]) -> None:
-        """Store several objects; all are durable when this returns."""
-        pairs = list(items)
+        """Store several objects; all are durable when this returns.
+
+        Every key and value is checked before the first write, so bad input
+        writes nothing.
+        """
+        pairs = [(check_key(key), check_data(key, data)) for key, data in items]
         self.map_bulk(lambda kv: self.put(kv[0], kv[1]), pairs)
 
     @abstractmethod
@@ -252,17 +257,31 @@ _REGISTRY: dict[str, str] = {
     "s3": "merkle.storage.s3:S3Store",
 }
 _LOADED: dict[str, type[ObjectStore]] = {}
+_SCHEME_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 
 
 def register_scheme(scheme: str, target: str | type[ObjectStore]) -> None:
-    """Serve ``scheme://`` URIs with a backend class or a lazy ``"module:Class"`` path."""
+    """Serve ``scheme://`` URIs with a backend class or a lazy ``"module:Class"`` path.
+
+    A string target is imported on the first :func:`open_store` of the scheme,
+    so registering costs nothing and optional dependencies stay optional.
+    """
+    if not isinstance(scheme, str) or not _SCHEME_RE.fullmatch(scheme):
+        raise UsageError(
+            f"a URI scheme is a letter then letters, digits, +, - or ., got {scheme!r}"
+        )
     scheme = scheme.lower()
     if isinstance(target, str):
+        module_name, colon, class_name = target.partition(":")
+        if not (module_name and colon and class_name):
+            raise UsageError(f"a lazy backend is written 'module:Class', got {target!r}")
         _REGISTRY[scheme] = target
         _LOADED.pop(scheme, None)
-    else:
+    elif isinstance(target, type) and issubclass(target, ObjectStore):
         _REGISTRY[scheme] = f"{target.__module__}:{target.__qualname__}"
         _LOADED[scheme] = target
+    else:
+        raise UsageError(f"a backend is an ObjectStore subclass or 'module:Class', got {target!r}")
 
 
 def supported_schemes() -> list[str]:
@@ -279,9 +298,17 @@ def _backend(scheme: str, uri: str) -> type[ObjectStore]:
         known = ", ".join(f"{s}://" for s in supported_schemes())
         raise UsageError(f"unknown storage scheme {scheme!r} in {uri!r}; supported: {known}")
     module_name, _, class_name = target.partition(":")
-    loaded = getattr(importlib.import_module(module_name), class_name)
+    try:
+        loaded = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(
+            f"cannot load the backend {target!r} for {scheme}:// URIs ({exc}); install the "
+            "package that provides it or fix the register_scheme call"
+        ) from exc
+    if not (isinstance(loaded, type) and issubclass(loaded, ObjectStore)):
+        raise UsageError(f"backend {target!r} for {scheme}:// is not an ObjectStore class")
     _LOADED[scheme] = loaded
-    return loaded  # type: ignore[no-any-return]
+    return loaded
 
 
 def _reopen(uri: str, options: dict[str, Any]) -> ObjectStore:
