@@ -156,6 +156,8 @@ class KeyCodec(ABC):
                 f"got {type(column).__name__}"
             )
         array = _combine(column)
+        if len(array) == 0 and pa.types.is_null(array.type):
+            return pa.array([], type=self.arrow_type)  # an empty column built without a type
         if array.null_count:
             raise UsageError(
                 f"key column holds {array.null_count} null(s): every record needs a key "

@@ -457,6 +457,15 @@ def test_check_column_rejects_bad_columns(spec: str, column: pa.Array, reason: s
         codec.encode_array(column)
 
 
+@given(spec=specs)
+def test_empty_untyped_columns_take_the_codec_type(spec: Spec) -> None:
+    codec = codec_of(spec)
+    assert codec.check_column(pa.array([])).type.equals(codec.arrow_type)
+    assert len(codec.encode_array(pa.chunked_array([], type=pa.null()))) == 0
+    with pytest.raises(UsageError, match="null"):
+        codec.check_column(pa.nulls(1))
+
+
 def test_check_column_needs_an_arrow_array() -> None:
     with pytest.raises(UsageError, match="pyarrow Array"):
         key_codec("int").check_column([1, 2])  # type: ignore[arg-type]
