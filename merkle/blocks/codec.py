@@ -15,6 +15,7 @@ are the canonical encoding, for blocks that come from outside.
 from __future__ import annotations
 
 import importlib.metadata
+import io
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
@@ -120,18 +121,19 @@ _LOADS_OPTIONS: Final[dict[str, Any]] = (
 def decode_node(data: bytes, *, strict: bool = False) -> Any:
     """Decode DAG-CBOR bytes; links come back as :class:`CID` objects.
 
-    Duplicate map keys, indefinite lengths and tags other than 42 are always
-    rejected. With ``strict=True`` the bytes must also be exactly the
+    Duplicate map keys, indefinite lengths, tags other than 42 and bytes after
+    the one data item are always rejected. With ``strict=True`` the bytes must also be exactly the
     canonical encoding (key order, shortest integers, 64-bit floats, string
     keys): use it on blocks from outside, where the hash check alone does not
     prove canonical form. Failures raise :class:`IntegrityError`.
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise UsageError(f"decode_node wants bytes, got {type(data).__name__}")
+    stream = io.BytesIO(data)
     try:
-        node = cbor2.loads(
-            data, allow_duplicate_keys=False, allow_indefinite=False, **_LOADS_OPTIONS
-        )
+        node = cbor2.CBORDecoder(
+            stream, allow_duplicate_keys=False, allow_indefinite=False, **_LOADS_OPTIONS
+        ).decode()
     except IntegrityError:
         raise
     except cbor2.CBORDecodeError as exc:
@@ -143,6 +145,11 @@ def decode_node(data: bytes, *, strict: bool = False) -> Any:
         raise IntegrityError("malformed DAG-CBOR block: nested too deeply to decode") from None
     except (ValueError, TypeError, EOFError) as exc:
         raise IntegrityError(f"malformed DAG-CBOR block: {exc}") from None
+    if stream.tell() != len(data):
+        raise IntegrityError(
+            f"malformed DAG-CBOR block: {len(data) - stream.tell()} bytes follow its one "
+            "data item; a block holds exactly one"
+        )
     if strict:
         _check_strict(node)
         try:

@@ -69,6 +69,14 @@ class BlockStore:
         self.node_cache.put(cid.bytes, node, len(data))
         return cid
 
+    def put_nodes(self, nodes: Sequence[Any], *, refresh_before: float | None = None) -> list[CID]:
+        """Encode and store several nodes in one concurrent write round."""
+        encoded = [encode_node(node) for node in nodes]
+        cids = self.put_many([(data, DAG_CBOR) for data in encoded], refresh_before=refresh_before)
+        for cid, node, data in zip(cids, nodes, encoded, strict=True):
+            self.node_cache.put(cid.bytes, node, len(data))
+        return cids
+
     def put_many(
         self,
         blocks: Iterable[tuple[bytes, str | int]],

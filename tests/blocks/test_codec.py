@@ -226,6 +226,8 @@ def test_a_list_that_holds_itself_is_a_usage_error() -> None:
         ("", "malformed"),  # nothing
         ("82", "malformed"),  # truncated array
         ("1c", "malformed"),  # reserved additional information
+        ("0102", "follow its one data item"),  # two data items
+        ("a000", "follow its one data item"),  # a trailing zero byte
     ],
 )
 def test_malformed_blocks_are_integrity_errors(hex_data: str, message: str) -> None:
