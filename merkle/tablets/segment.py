@@ -19,7 +19,7 @@ segments it needs. The layout and the compression choice are written down in
 from __future__ import annotations
 
 import datetime
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 import cbor2
@@ -166,7 +166,7 @@ def is_cbor_field(field: pa.Field) -> bool:
 
 
 def records_to_arrow(
-    records: Sequence[Mapping[str, Any]], *, key_field: str, codec: KeyCodec
+    records: Iterable[Mapping[str, Any]], *, key_field: str, codec: KeyCodec
 ) -> pa.Table:
     """An Arrow table of records: the key column first, then one column per field.
 
@@ -180,13 +180,19 @@ def records_to_arrow(
     non-empty string, or a value CBOR cannot carry.
     """
     _check_name(key_field, "the key field name")
-    count = len(records)
+    if isinstance(records, Mapping | str | bytes):
+        raise UsageError(
+            f"records must be a sequence of mappings, got a {type(records).__name__}: "
+            "pass a list of dicts"
+        )
+    rows = records if isinstance(records, Sequence) else list(records)
+    count = len(rows)
     keys: list[Any] = []
     columns: dict[str, list[Any]] = {}
-    for position, record in enumerate(records):
+    for position, record in enumerate(rows):
         if type(record) is not dict and not isinstance(record, Mapping):
             raise UsageError(
-                f"record {position} is a {type(record).__name__}, not a mapping: "
+                f"record {position} is of type {type(record).__name__}, not a mapping: "
                 "write dicts of field name -> value"
             )
         key = record.get(key_field)

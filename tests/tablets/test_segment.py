@@ -262,7 +262,8 @@ cyclic.append(cyclic)
 @pytest.mark.parametrize(
     ("records", "message"),
     [
-        ([{KEY: 1}, [1, 2]], "record 1 is a list, not a mapping"),
+        ([{KEY: 1}, [1, 2]], "record 1 is of type list, not a mapping"),
+        ({KEY: 1}, "records must be a sequence of mappings, got a dict"),
         ([{"a": 1}], "record 0 has no key field 'id'"),
         ([{KEY: None, "a": 1}], "record 0 has no key field 'id'"),
         ([{KEY: 1, "": 2}], "field name in record 0 must be a non-empty string"),
@@ -279,6 +280,12 @@ cyclic.append(cyclic)
 def test_bad_records_are_usage_errors(records: list[Any], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         records_to_arrow(records, key_field=KEY, codec=INT)
+
+
+def test_records_may_be_any_iterable() -> None:
+    records = ({KEY: i, "a": i} for i in range(3))
+    table = records_to_arrow(records, key_field=KEY, codec=INT)
+    assert table.num_rows == 3
 
 
 def test_bad_key_field_name() -> None:
