@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["KeyIndex", "combine"]
+__all__ = ["KeyIndex", "as_u64", "combine"]
 
 
 def combine(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -25,17 +25,26 @@ def combine(column: pa.Array | pa.ChunkedArray) -> pa.Array:
     return column
 
 
-def _as_u64(array: pa.Array) -> np.ndarray | None:
-    if not (pa.types.is_fixed_size_binary(array.type) and array.type.byte_width == 8):
+def as_u64(array: pa.Array) -> np.ndarray | None:
+    """Keys that are all exactly 8 bytes as native unsigned integers (same order), else None.
+
+    Accepts ``fixed_size_binary(8)`` and plain ``binary`` arrays whose offsets
+    advance by 8 (what the int, float and timestamp codecs produce).
+    """
+    if array.null_count or not len(array):
         return None
-    if array.null_count:
+    n, start = len(array), array.offset
+    if pa.types.is_fixed_size_binary(array.type) and array.type.byte_width == 8:
+        first = start * 8
+    elif pa.types.is_binary(array.type):
+        offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=n + 1, offset=start * 4)
+        if offsets[-1] - offsets[0] != 8 * n or not bool(np.all(np.diff(offsets) == 8)):
+            return None
+        first = int(offsets[0])
+    else:
         return None
-    data = array.buffers()[1]
-    if data is None:
-        return np.empty(0, dtype=np.uint64)
-    return np.frombuffer(data, dtype=">u8", count=len(array), offset=array.offset * 8).astype(
-        np.uint64
-    )
+    data = array.buffers()[-1]
+    return np.frombuffer(data, dtype=">u8", count=n, offset=first).astype(np.uint64)
 
 
 class KeyIndex:
@@ -45,7 +54,7 @@ class KeyIndex:
 
     def __init__(self, encoded: pa.Array | pa.ChunkedArray) -> None:
         self._keys = combine(encoded)
-        self._u64 = _as_u64(self._keys)
+        self._u64 = as_u64(self._keys)
         self._list: list[bytes] | None = None
         if self._u64 is None:
             self._list = self._keys.to_pylist()

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from merkle.tablets.keyindex import combine
+from merkle.tablets.keyindex import as_u64, combine
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.segment import concat_segments
 
@@ -46,23 +46,30 @@ def empty_keys(codec: KeyCodec) -> pa.Array:
 def sort_rows(table: pa.Table, key_field: str, codec: KeyCodec) -> SortedRows:
     """Sort ``table`` by encoded key and keep only the last row written for each key."""
     encoded = combine(codec.encode_array(table.column(key_field)))
+    if len(encoded) < 2:
+        return SortedRows(table, encoded)
+    words = as_u64(encoded)
+    if words is not None:
+        # Fixed 8-byte keys: the whole sort and dedupe in numpy.
+        if bool(np.all(words[:-1] < words[1:])):
+            return SortedRows(table, encoded)
+        order = np.argsort(words, kind="stable")  # stable: equal keys stay in write order
+        ordered = words[order]
+        last_of_run = np.append(ordered[:-1] != ordered[1:], True)
+        if not last_of_run.all():
+            order = order[last_of_run]
+        indices = pa.array(order)
+        return SortedRows(table.take(indices), encoded.take(indices))
     n = len(encoded)
-    if n > 1:
-        in_order = pc.all(pc.less(encoded.slice(0, n - 1), encoded.slice(1))).as_py()
-        if not in_order:
-            # Stable sort, so among equal keys the input order (write order) is kept.
-            order = pc.sort_indices(
-                pa.table({"k": encoded, "i": pa.array(np.arange(n))}),
-                sort_keys=[("k", "ascending"), ("i", "ascending")],
-            )
-            table = table.take(order)
-            encoded = encoded.take(order)
-            # Keep the last row of each run of equal keys.
-            last_of_run = pc.not_equal(encoded.slice(0, n - 1), encoded.slice(1))
-            keep = pa.concat_arrays([last_of_run, pa.array([True])])
-            if not pc.all(keep).as_py():
-                table = table.filter(keep)
-                encoded = encoded.filter(keep)
+    if pc.all(pc.less(encoded.slice(0, n - 1), encoded.slice(1))).as_py():
+        return SortedRows(table, encoded)
+    order = pc.sort_indices(encoded)  # Arrow's sort is stable too
+    table, encoded = table.take(order), encoded.take(order)
+    keep = pa.concat_arrays(
+        [pc.not_equal(encoded.slice(0, n - 1), encoded.slice(1)), pa.array([True])]
+    )
+    if not pc.all(keep).as_py():
+        table, encoded = table.filter(keep), encoded.filter(keep)
     return SortedRows(table, encoded)
 
 

@@ -92,6 +92,10 @@ class TableStore:
     def put_node(self, node: Any) -> CID:
         return self.blocks.put_node(node)
 
+    def put_nodes(self, nodes: Sequence[Any]) -> list[CID]:
+        """Store several nodes with one concurrent, durable write round."""
+        return self.blocks.put_nodes(nodes)
+
     # -- segments ----------------------------------------------------------------
 
     def segment(self, cid: CID) -> pa.Table:

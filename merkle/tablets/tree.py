@@ -112,6 +112,10 @@ class Tree:
         return self.ts.key_index(cid, build)
 
     def read_rows(self, cid: CID, fields: Sequence[str] | None = None) -> SortedRows:
+        """A tablet's rows (all fields, or the key plus ``fields``) with their encoded keys."""
+        return SortedRows(self.read_table(cid, fields), self.tablet_keys(cid).keys)
+
+    def read_table(self, cid: CID, fields: Sequence[str] | None = None) -> pa.Table:
         """A tablet's rows (all fields, or the key plus ``fields``), in key order."""
         tablet = self.ts.tablet(cid)
         wanted = self.spec.families_for(fields)
@@ -123,7 +127,7 @@ class Tree:
         table = join_families(dict(zip(names, tables, strict=True)))
         if fields is not None:
             table = project(table, fields, key_field=self.spec.key_field)
-        return SortedRows(table, self.tablet_keys(cid).keys)
+        return table
 
     # -- writing tablets and index nodes -----------------------------------------
 
@@ -153,7 +157,7 @@ class Tree:
             layouts.append(names)
             tables += [parts[name] for name in names]
         stored = iter(self.ts.put_segments(tables))
-        refs = []
+        nodes = []
         for piece, names in zip(pieces, layouts, strict=True):
             segs = [next(stored) for _ in names]
             node = TabletNode(
@@ -163,7 +167,9 @@ class Tree:
                 last_key=piece.keys[len(piece) - 1].as_py(),
                 segments={name: cid for name, (cid, _) in zip(names, segs, strict=True)},
             )
-            cid = self.ts.put_node(node.to_node())
+            nodes.append(node)
+        refs = []
+        for node, cid in zip(nodes, self.ts.put_nodes([n.to_node() for n in nodes]), strict=True):
             self._fresh[cid.bytes] = node.count
             refs.append(ChildRef(cid, 0, node.count, node.size, node.first_key, node.last_key))
         return refs
@@ -177,7 +183,7 @@ class Tree:
         for i in range(len(cuts) - 1):
             group = tuple(refs[cuts[i] : cuts[i + 1]])
             node = IndexNode(height, group)
-            cid = self.ts.put_node(node.to_node())
+            cid = self.ts.put_node(node.to_node())  # few per operation: not worth batching
             self._fresh[cid.bytes] = len(group)
             out.append(
                 ChildRef(cid, height, node.count, node.size, group[0].first_key, group[-1].last_key)
@@ -363,11 +369,13 @@ class Tree:
                 project(upserts.table, fields, key_field=self.spec.key_field), upserts.keys
             )
         if leaf.ref is None:
-            rows = upserts
+            table = upserts.table
+        elif not len(upserts) and not len(deletes):
+            table = self.read_table(leaf.ref.cid, fields)  # no pending change: keys not needed
         else:
             base = self.read_rows(leaf.ref.cid, fields)
-            rows = merge_changes(base, upserts, deletes, self.spec.key_field)
-        return rows.table.slice(leaf.start, leaf.stop - leaf.start)
+            table = merge_changes(base, upserts, deletes, self.spec.key_field).table
+        return table.slice(leaf.start, leaf.stop - leaf.start)
 
     def merged_rank(self, data: ChildRef | None, key: bytes, *, inclusive: bool) -> int:
         """How many merged-area rows have keys ``< key`` (``<=`` with ``inclusive``)."""
