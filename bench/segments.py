@@ -5,9 +5,10 @@ encode it (``encode_segment``) and to decode it (``decode_segment``), on two
 tablets of the default tablet size: a typed one (int64 key, short string,
 float, low-cardinality string, timestamp) and a CBOR-heavy one (mixed-type and
 nested fields). Also times the Python paths around them (records to Arrow and
-back) so the cost of a segment is seen next to the cost of its records. The
-numbers are reported, never asserted; they chose ``SEGMENT_CODEC``
-(doc/format.md, "Segments").
+back) so the cost of a segment is seen next to the cost of its records, and
+the key codecs one key at a time (point reads) and a column at a time
+(``encode_array``, bulk paths). The numbers are reported, never asserted;
+they chose ``SEGMENT_CODEC`` (doc/format.md, "Segments").
 
 Run: ``python -m bench segments [--quick]``.
 """
@@ -22,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 
 from bench.common import fmt_duration, markdown_table, repeat
-from merkle.tablets.keys import key_codec
+from merkle.tablets.keys import KeyCodec, key_codec
 from merkle.tablets.segment import (
     SEGMENT_CODEC,
     arrow_to_records,
@@ -131,6 +132,43 @@ def measure(name: str, records: list[dict[str, Any]], times: int) -> str:
     return f"{header}\n\n{table_md}"
 
 
+KEY_SAMPLES: list[tuple[str, Any]] = [
+    ("int", lambda i: i * 7919 - 10**9),
+    ("float", lambda i: i / 7.0 - 1e4),
+    ("str", lambda i: f"user-{i:08d}"),
+    ("timestamp", lambda i: datetime.datetime(2024, 1, 1) + datetime.timedelta(seconds=i)),
+    ("reverse(str)", lambda i: f"user-{i:08d}"),
+    ("tuple(int,str)", lambda i: (i % 100, f"item-{i}")),
+    ("tuple(str,reverse(timestamp))", lambda i: (f"s{i % 10}", datetime.datetime(2024, 1, 1))),
+]
+
+
+def encode_each(codec: KeyCodec, values: list[Any]) -> list[bytes]:
+    return [codec.encode(value) for value in values]
+
+
+def measure_keys(rows: int, times: int) -> str:
+    """Key codecs: one key at a time (the point-read path) and whole columns (bulk paths)."""
+    lines = []
+    for spec, make in KEY_SAMPLES:
+        codec = key_codec(spec)
+        values = [make(i) for i in range(rows)]
+        column = codec.to_arrow(values)
+        sample = values[: min(rows, 10_000)]
+        one = repeat(functools.partial(encode_each, codec, sample), times=times)
+        bulk = repeat(functools.partial(codec.encode_array, column), times=times)
+        lines.append(
+            [
+                f"`{spec}`",
+                fmt_duration(one.median / len(sample)),
+                fmt_duration(bulk.median),
+                fmt_duration(bulk.median / rows),
+            ]
+        )
+    headers = ["codec", "encode (one key)", f"encode_array ({rows:,} keys)", "per key"]
+    return "**Key codecs**\n\n" + markdown_table(headers, lines)
+
+
 def run(quick: bool) -> str:
     """The Markdown report: one table of numbers per dataset."""
     rows = 20_000 if quick else 100_000
@@ -143,4 +181,5 @@ def run(quick: bool) -> str:
     )
     typed = measure("Typed tablet", typed_records(rows, rng), times)
     mixed = measure("CBOR-heavy tablet", cbor_records(rows, rng), times)
-    return f"{intro}\n\n{typed}\n\n{mixed}"
+    keys = measure_keys(rows, times)
+    return f"{intro}\n\n{typed}\n\n{mixed}\n\n{keys}"
