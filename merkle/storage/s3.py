@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import builtins
 import functools
+import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
@@ -164,8 +166,9 @@ class S3Store(ObjectStore):
             # Custom endpoints (MinIO, moto) rarely resolve bucket subdomains.
             s3={"addressing_style": "path"} if endpoint_url else None,
         )
-        session = boto3.session.Session(region_name=region_name, **self._credentials)
-        self._client: Any = session.client("s3", endpoint_url=endpoint_url, config=config)
+        self._client: Any = _new_client(
+            endpoint_url=endpoint_url, region_name=region_name, config=config, **self._credentials
+        )
 
     @classmethod
     def from_uri(cls, parts: SplitResult, options: Mapping[str, Any]) -> S3Store:
@@ -513,6 +516,33 @@ class S3Store(ObjectStore):
                 )
             remaining = [e["Key"] for e in errors]
             time.sleep(backoff_delay(attempt, self.retry_base_delay, self.retry_max_delay))
+
+
+_SESSION: boto3.session.Session | None = None
+_SESSION_LOCK = threading.Lock()
+
+
+def _new_client(**options: Any) -> Any:
+    """An S3 client from the process's one boto3 session.
+
+    Sessions are not thread-safe but cache the loaded service models, which
+    makes a client several times cheaper to create than from a fresh session
+    (stores are opened per Spark task); so clients are made under a lock.
+    """
+    global _SESSION
+    with _SESSION_LOCK:
+        if _SESSION is None:
+            _SESSION = boto3.session.Session()
+        return _SESSION.client("s3", **options)
+
+
+def _forget_session() -> None:
+    # A forked child must not inherit a lock held by another thread of its parent.
+    global _SESSION, _SESSION_LOCK
+    _SESSION, _SESSION_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_session)
 
 
 def _check_number(
