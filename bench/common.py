@@ -17,7 +17,7 @@ import re
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -37,6 +37,7 @@ __all__ = [
     "replace_section",
     "temp_dir",
     "time_each",
+    "time_interleaved",
     "write_section",
 ]
 
@@ -114,6 +115,28 @@ def time_each(fn: Callable[[T], Any], items: Iterable[T]) -> Timing:
     return Timing(tuple(samples))
 
 
+def time_interleaved(
+    fns: Mapping[str, Callable[[T], Any]], items: Iterable[T]
+) -> dict[str, Timing]:
+    """Time every function on every item, taking turns item by item.
+
+    Competitors measured one after the other see different background load
+    (page-cache writeback, other processes); interleaved, each item's runs
+    share the same conditions, and the starting function rotates so none is
+    always first.
+    """
+    labels = list(fns)
+    samples: dict[str, list[float]] = {label: [] for label in labels}
+    clock = time.perf_counter
+    for index, item in enumerate(items):
+        for turn in range(len(labels)):
+            label = labels[(index + turn) % len(labels)]
+            start = clock()
+            fns[label](item)
+            samples[label].append(clock() - start)
+    return {label: Timing(tuple(taken)) for label, taken in samples.items()}
+
+
 # -- formatting ------------------------------------------------------------------
 
 
@@ -155,11 +178,15 @@ def fmt_bytes(nbytes: int) -> str:
     return f"{value:.4g} GiB"
 
 
-def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """A GitHub-flavoured Markdown table; the first column is left-aligned, the rest right."""
+def markdown_table(
+    headers: Sequence[str], rows: Iterable[Sequence[object]], *, numbers: bool = True
+) -> str:
+    """A GitHub-flavoured Markdown table; the first column left-aligned, the rest right
+    (``numbers=False``: all left)."""
+    rest = "---:" if numbers else ":---"
     lines = [
         "| " + " | ".join(headers) + " |",
-        "|" + "|".join([":---"] + ["---:"] * (len(headers) - 1)) + "|",
+        "|" + "|".join([":---"] + [rest] * (len(headers) - 1)) + "|",
     ]
     lines.extend("| " + " | ".join(str(cell) for cell in row) + " |" for row in rows)
     return "\n".join(lines)
@@ -237,7 +264,7 @@ def machine_info() -> dict[str, str]:
 
 def machine_markdown() -> str:
     """:func:`machine_info` as a two-column Markdown table."""
-    return markdown_table(["", ""], machine_info().items())
+    return markdown_table(["machine", ""], machine_info().items(), numbers=False)
 
 
 # -- output ----------------------------------------------------------------------
