@@ -268,6 +268,8 @@ class TableRoot:
     count: int
     size: int
     meta: Any = field(default=None)
+    #: Identity of the table across versions: a drop and re-create gives a new one.
+    uid: str = ""
 
     def family_of(self) -> dict[str, str]:
         """Field name -> family name, for every field that belongs to a family."""
@@ -285,6 +287,7 @@ class TableRoot:
             "count": self.count,
             "size": self.size,
             "meta": self.meta,
+            "uid": self.uid,
         }
 
     @classmethod
@@ -307,6 +310,7 @@ class TableRoot:
                 int(node["count"]),
                 int(node["size"]),
                 node.get("meta"),
+                str(node.get("uid", "")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise IntegrityError(f"table root {where} is malformed: {exc}") from exc

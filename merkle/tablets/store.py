@@ -31,22 +31,58 @@ _POOL_PREFIX = "merkle-tablets"
 N = TypeVar("N")
 
 
+class _Shared:
+    """Caches and worker threads that several TableStore views over one lake share."""
+
+    def __init__(self, cache_bytes: int, workers: int) -> None:
+        self.nodes: ByteLRU[Any] = ByteLRU(max(1 << 20, cache_bytes // 8))
+        self.segments: ByteLRU[pa.Table] = ByteLRU(cache_bytes)
+        self.key_indexes: ByteLRU[KeyIndex] = ByteLRU(max(1 << 20, cache_bytes // 4))
+        self.cache_bytes = cache_bytes
+        self.workers = workers
+        self.pool: ThreadPoolExecutor | None = None
+        self.lock = threading.Lock()
+
+    def executor(self) -> ThreadPoolExecutor:
+        with self.lock:
+            if self.pool is None:
+                self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix=_POOL_PREFIX)
+            return self.pool
+
+    def close(self) -> None:
+        with self.lock:
+            pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
 class TableStore:
     """Blocks, parsed nodes, decoded segments and key indexes, with byte-bounded caches."""
 
     def __init__(
-        self, blocks: BlockStore, *, cache_bytes: int = _DEFAULT_CACHE_BYTES, workers: int = 4
+        self,
+        blocks: BlockStore,
+        *,
+        cache_bytes: int = _DEFAULT_CACHE_BYTES,
+        workers: int = 4,
+        shared: _Shared | None = None,
     ) -> None:
         self.blocks = blocks
-        self._nodes: ByteLRU[Any] = ByteLRU(max(1 << 20, cache_bytes // 8))
-        self._segments: ByteLRU[pa.Table] = ByteLRU(cache_bytes)
-        self._key_indexes: ByteLRU[KeyIndex] = ByteLRU(max(1 << 20, cache_bytes // 4))
-        self._workers = workers
-        self._pool: ThreadPoolExecutor | None = None
-        self._pool_lock = threading.Lock()
+        self._shared = shared or _Shared(cache_bytes, workers)
+        self._nodes = self._shared.nodes
+        self._segments = self._shared.segments
+        self._key_indexes = self._shared.key_indexes
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (TableStore, (self.blocks, self._segments.capacity, self._workers))
+        return (_reopen, (self.blocks, self._shared.cache_bytes, self._shared.workers))
+
+    def with_blocks(self, blocks: BlockStore) -> TableStore:
+        """A view reading and writing through ``blocks`` that shares these caches and threads.
+
+        Caches are keyed by CID, so a staging area and the lake can share
+        them safely: equal CIDs are equal bytes.
+        """
+        return TableStore(blocks, shared=self._shared)
 
     # -- concurrency -------------------------------------------------------------
 
@@ -58,14 +94,11 @@ class TableStore:
         """
         if (
             len(items) <= 1
-            or self._workers <= 1
+            or self._shared.workers <= 1
             or threading.current_thread().name.startswith(_POOL_PREFIX)
         ):
             return [fn(item) for item in items]
-        with self._pool_lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix=_POOL_PREFIX)
-        return list(self._pool.map(fn, items))
+        return list(self._shared.executor().map(fn, items))
 
     # -- nodes -------------------------------------------------------------------
 
@@ -139,7 +172,9 @@ class TableStore:
         return index
 
     def close(self) -> None:
-        with self._pool_lock:
-            pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+        """Stop the worker threads (shared with every view of this store)."""
+        self._shared.close()
+
+
+def _reopen(blocks: BlockStore, cache_bytes: int, workers: int) -> TableStore:
+    return TableStore(blocks, cache_bytes=cache_bytes, workers=workers)

@@ -105,6 +105,7 @@ class Table:
         families: Mapping[str, Any] | None = None,
         limits: Limits | None = None,
         meta: Any = None,
+        uid: str = "",
     ) -> Table:
         """An empty table (nothing is stored until :meth:`save`)."""
         if not isinstance(key_field, str) or not key_field:
@@ -120,6 +121,7 @@ class Table:
             count=0,
             size=0,
             meta=meta,
+            uid=uid,
         )
         return cls(ts, root)
 
