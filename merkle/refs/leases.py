@@ -209,7 +209,11 @@ class LeaseManager:
         deadline = self.timing.now() + self.timing.check_timeout(wait_timeout, "wait_timeout")
         while True:
             lease = self._grant("writer", ttl, db, None, None)
-            lock = read_lock(self.store)
+            try:
+                lock = read_lock(self.store)
+            except BaseException:
+                self.store.delete(lease.key)  # withdraw: no lease without a checked lock
+                raise
             if lock is None or not lock.held(self.timing):
                 return lease
             self.store.delete(lease.key)
