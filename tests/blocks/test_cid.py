@@ -7,7 +7,7 @@ import pickle
 
 import multiformats
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from multiformats import multihash
 
@@ -19,6 +19,7 @@ CODECS = {"raw": RAW, "dag-cbor": DAG_CBOR}
 HASHES = {"blake3": BLAKE3, "sha2-256": SHA2_256}
 
 
+@settings(deadline=None)  # no timing thresholds on a shared machine
 @given(
     data=st.binary(max_size=4096),
     codec=st.sampled_from(sorted(CODECS)),
@@ -109,6 +110,7 @@ def test_cid_of_non_bytes_is_a_usage_error(data: object) -> None:
         CID.of(data)  # type: ignore[arg-type]
 
 
+@settings(deadline=None)  # no timing thresholds on a shared machine
 @given(st.binary(max_size=80))
 def test_base32_matches_the_standard_library(raw: bytes) -> None:
     text = base64.b32encode(raw).decode("ascii").lower().rstrip("=")

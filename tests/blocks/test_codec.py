@@ -15,7 +15,7 @@ from typing import Any
 import cbor2
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from merkle.blocks import CID, check_node, decode_node, encode_node, iter_links, links_of
@@ -37,6 +37,7 @@ def reference_encoding(value: Any) -> bytes:
     return cbor2.dumps(value, canonical=True, encoders={float: encode_float}, default=encode_link)
 
 
+@settings(deadline=None)  # no timing thresholds on a shared machine
 @given(dag_values)
 def test_round_trip_of_any_dag_cbor_value(value: Any) -> None:
     data = encode_node(value)
@@ -45,6 +46,7 @@ def test_round_trip_of_any_dag_cbor_value(value: Any) -> None:
     assert encode_node(decoded) == data
 
 
+@settings(deadline=None)  # no timing thresholds on a shared machine
 @given(dag_values)
 def test_bytes_equal_the_cbor2_canonical_reference(value: Any) -> None:
     assert encode_node(value) == reference_encoding(value)
@@ -61,6 +63,7 @@ def reinserted(value: Any, rng: random.Random) -> Any:
     return value
 
 
+@settings(deadline=None)  # no timing thresholds on a shared machine
 @given(
     st.recursive(
         st.dictionaries(st.text(max_size=6), int64s | st.text(max_size=4), max_size=8),
@@ -134,6 +137,7 @@ def test_subclasses_encode_as_their_base_type(value: Any, plain: Any) -> None:
     assert encode_node(value) == encode_node(plain)
 
 
+@settings(deadline=None)  # no timing thresholds on a shared machine
 @given(cids, cids)
 def test_iter_links_and_links_of_find_links_in_lists_and_maps(a: CID, b: CID) -> None:
     node = {"x": [1, {"deep": a}], "y": b, "z": "not a link"}
