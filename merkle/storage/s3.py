@@ -272,12 +272,20 @@ class S3Store(ObjectStore):
         return StorageError(message, definite=definite)
 
     def _call(
-        self, what: str, request: Callable[[], _T], *, key: str | None = None, writes: bool = False
+        self,
+        what: str,
+        request: Callable[[], _T],
+        *,
+        key: str | None = None,
+        writes: bool = False,
+        proves_bucket: bool = True,
     ) -> _T:
         """Run ``request`` with retries; translate missing keys and buckets and failures.
 
         ``writes`` says the request changes the bucket, so an attempt whose
-        outcome is unknown makes the final error indefinite.
+        outcome is unknown makes the final error indefinite. ``proves_bucket``
+        says a success shows the bucket exists (not so for a probe that
+        swallows 404s).
         """
         uncertain = False
         for attempt in range(self.max_attempts):
@@ -297,7 +305,8 @@ class S3Store(ObjectStore):
                     ) from exc
                 time.sleep(backoff_delay(attempt, self.retry_base_delay, self.retry_max_delay))
             else:
-                self._bucket_seen = True
+                if proves_bucket:
+                    self._bucket_seen = True
                 return result
         raise AssertionError("unreachable: max_attempts >= 1")
 
@@ -356,7 +365,7 @@ class S3Store(ObjectStore):
                 raise
             return True
 
-        found = self._call(f"exists of {key!r}", probe)
+        found = self._call(f"exists of {key!r}", probe, proves_bucket=False)
         if not found:
             self._missing(key)  # raises if it is the bucket that is missing
         return found
