@@ -63,14 +63,19 @@ class BlockStore:
         return self.put_many([(data, codec)], refresh_before=refresh_before)[0]
 
     def put_node(self, node: Any, *, refresh_before: float | None = None) -> CID:
-        """Encode ``node`` as DAG-CBOR, store it, and keep the decoded form in the cache."""
+        """Encode ``node`` as DAG-CBOR, store it, and cache ``node`` itself as its decoded form.
+
+        The cache holds the caller's object: do not mutate it afterwards, and
+        build nodes from lists and dicts (a tuple would be read back from the
+        cache as a tuple, from storage as a list).
+        """
         data = encode_node(node)
         cid = self.put(data, DAG_CBOR, refresh_before=refresh_before)
         self.node_cache.put(cid.bytes, node, len(data))
         return cid
 
     def put_nodes(self, nodes: Sequence[Any], *, refresh_before: float | None = None) -> list[CID]:
-        """Encode and store several nodes in one concurrent write round."""
+        """Encode and store several nodes in one concurrent write round (cached as ``put_node``)."""
         encoded = [encode_node(node) for node in nodes]
         cids = self.put_many([(data, DAG_CBOR) for data in encoded], refresh_before=refresh_before)
         for cid, node, data in zip(cids, nodes, encoded, strict=True):

@@ -239,3 +239,12 @@ def test_a_node_dag_cbor_cannot_hold_is_a_usage_error_and_writes_nothing(
     with pytest.raises(UsageError, match="NaN"):
         blocks.put_node({"x": float("nan")})
     assert list(blocks.list()) == []
+
+
+def test_put_nodes_stores_and_caches_every_node(blocks: BlockStore) -> None:
+    nodes = [{"type": "merkle/test", "v": 1, "i": i} for i in range(5)]
+    cids = blocks.put_nodes(nodes)
+    assert cids == [CID.of(encode_node(node), "dag-cbor") for node in nodes]
+    assert [blocks.get_node(cid) for cid in cids] == nodes
+    fresh = BlockStore(blocks.store)
+    assert [fresh.get_node(cid) for cid in cids] == nodes
