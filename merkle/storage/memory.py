@@ -47,6 +47,10 @@ class MemoryStore(ObjectStore):
     def from_uri(cls, parts: SplitResult, options: Mapping[str, Any]) -> MemoryStore:
         if options:
             raise UsageError(f"memory:// takes no options, got {sorted(options)}")
+        if parts.query or parts.fragment:
+            raise UsageError(
+                f"malformed memory URI {parts.geturl()!r}: write memory:// or memory://name"
+            )
         name = (parts.netloc + parts.path).strip("/")
         if not name:
             return cls()
