@@ -215,7 +215,7 @@ class Table:
             return self
         spec = table.spec
         upserts = sort_rows(arrow, key_field, spec.codec)
-        return table._apply(upserts, empty_keys(spec.codec), version)
+        return table.apply_changes(upserts, empty_keys(spec.codec), version)
 
     def delete(self, keys: Sequence[Any], version: int) -> Table:
         """Remove records by key; keys that are not present are fine."""
@@ -227,18 +227,24 @@ class Table:
         spec = self.spec
         deletes = pa.array(encoded, type=empty_keys(codec).type)
         empty = pa.table({spec.key_field: pa.array([], type=codec.arrow_type)})
-        return self._apply(SortedRows(empty, empty_keys(codec)), deletes, version)
+        return self.apply_changes(SortedRows(empty, empty_keys(codec)), deletes, version)
 
-    def _apply(self, upserts: SortedRows, deletes: pa.Array, version: int) -> Table:
+    def apply_changes(self, upserts: SortedRows, deletes: pa.Array, version: int) -> Table:
+        """Write sorted, unique ``upserts`` and remove ``deletes`` (encoded keys) as ``version``.
+
+        Small changes become a pending batch; more than the patch limit goes
+        straight into the tablets together with everything pending.
+        """
         n = len(upserts) + len(deletes)
         if not n:
             return self
         spec, ts, pending = self.spec, self.ts, self.root.pending
+        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+            raise UsageError(f"a batch version must be a non-negative integer, got {version!r}")
         if pending and version < ts.batch(pending[0]).upper:
-            raise UsageError(
-                f"cannot write version {version}: the table already holds version "
-                f"{ts.batch(pending[0]).upper}"
-            )
+            # The table came from another database's lineage (a clone), whose version
+            # numbers run ahead of this one's: keep the tags increasing within the table.
+            version = ts.batch(pending[0]).upper + 1
         tree = self._tree()
         data = self.data_ref()
         if n > spec.limits.patch:

@@ -1,0 +1,260 @@
+"""``connect`` and the ``Connection``: a long-lived handle on one lake.
+
+A connection owns the lake's object store, its block store and table caches,
+the ref manager (journals) and the lease manager. It lists, creates, opens,
+clones and drops databases; everything else happens on the immutable
+:class:`~merkle.db.database.Database` values it hands out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterator
+from datetime import datetime
+from types import TracebackType
+from typing import Any
+
+from merkle.blocks.cid import CID
+from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
+from merkle.blocks.store import BlockStore
+from merkle.db.database import Database, check_metadata
+from merkle.db.dbroot import DbRoot
+from merkle.errors import IntegrityError, NotFoundError, UsageError
+from merkle.refs import JournalConflictError, JournalEntry, Lease, LeaseManager, RefManager
+from merkle.storage.base import ObjectStore, open_store
+from merkle.tablets.store import TableStore
+
+__all__ = ["Connection", "connect"]
+
+#: The lake's settings object, written once when the lake is first used.
+CONFIG_KEY = "config"
+CONFIG_TYPE = "merkle/lake"
+
+#: Writer leases last this long and are renewed while a commit runs.
+WRITER_LEASE_TTL = 120.0
+
+
+def _lake_config(store: ObjectStore, hash: str | None) -> dict[str, Any]:
+    """Read the lake's settings, creating them (with ``hash``) on a new lake."""
+    try:
+        node = decode_node(store.get(CONFIG_KEY))
+    except NotFoundError:
+        node = {"type": CONFIG_TYPE, "v": NODE_VERSION, "hash": hash or "blake3"}
+        if not store.put_if_absent(CONFIG_KEY, encode_node(node)):
+            node = decode_node(store.get(CONFIG_KEY))  # another process created it first
+    node = check_node(node, CONFIG_TYPE, where=f"{CONFIG_KEY} in {store.uri}")
+    found = node.get("hash")
+    if found not in ("blake3", "sha2-256"):
+        raise IntegrityError(f"lake {store.uri} names an unknown hash {found!r} in {CONFIG_KEY}")
+    if hash is not None and hash != found:
+        raise UsageError(
+            f"lake {store.uri} hashes blocks with {found}; it cannot be opened with "
+            f"hash={hash!r} (the hash is chosen once, when a lake is created)"
+        )
+    return node
+
+
+class Connection:
+    """A handle on one lake: databases by name, and the stores beneath them."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        hash: str | None = None,
+        cache_bytes: int = 256 << 20,
+        workers: int = 4,
+    ) -> None:
+        self.store = store
+        config = _lake_config(store, hash)
+        self.hash: str = config["hash"]
+        self.blocks = BlockStore(store, hash=self.hash, cache_bytes=max(1 << 20, cache_bytes // 4))
+        self.tables = TableStore(self.blocks, cache_bytes=cache_bytes, workers=workers)
+        self.refs = RefManager(store)
+        self.leases = LeaseManager(store)
+        self._closed = False
+
+    @property
+    def uri(self) -> str:
+        return self.store.uri
+
+    def __repr__(self) -> str:
+        return f"<merkle.Connection {self.uri}>"
+
+    # -- life cycle ----------------------------------------------------------------
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.tables.close()
+            self.store.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- leases ----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def writer_lease(self, db: str | None = None) -> Iterator[Lease]:
+        """Hold a writer lease (renewed in the background) for the duration of the block."""
+        lease = self.leases.acquire_writer(WRITER_LEASE_TTL, db=db)
+        current = [lease]
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(WRITER_LEASE_TTL / 4):
+                with contextlib.suppress(Exception):
+                    current[0] = self.leases.renew(current[0], WRITER_LEASE_TTL)
+
+        renewer = threading.Thread(target=renew, name="merkle-writer-lease", daemon=True)
+        renewer.start()
+        try:
+            yield lease
+        finally:
+            stop.set()
+            renewer.join()
+            self.leases.release(current[0])
+
+    # -- databases -------------------------------------------------------------------
+
+    def list_dbs(self) -> list[str]:
+        """The names of the live databases, sorted."""
+        return self.refs.list_dbs()
+
+    def history(self, name: str, limit: int | None = None) -> list[JournalEntry]:
+        """Committed versions of a database, newest first (``.version .root .time ...``)."""
+        entries = self.refs.history(name, limit)
+        if not entries:
+            raise NotFoundError(f"there is no database {name!r} in {self.uri}")
+        return entries
+
+    def _database(self, entry: JournalEntry) -> Database:
+        if entry.root is None:
+            raise NotFoundError(
+                f"database {entry.db!r} was dropped at version {entry.version}; open an "
+                "earlier version, or create it again"
+            )
+        cid = CID.parse(entry.root)
+        root = DbRoot.from_node(self.blocks.get_node(cid), cid)
+        return Database(self, entry, root)
+
+    def _head(self, name: str, *, purpose: str = "open it") -> Database:
+        entry = self.refs.head(name)
+        if entry is None:
+            raise NotFoundError(f"there is no database {name!r} in {self.uri}")
+        if entry.root is None:
+            raise NotFoundError(
+                f"database {name!r} was dropped at version {entry.version}, so cannot {purpose}"
+            )
+        return self._database(entry)
+
+    def open_db(
+        self, name: str, version: int | None = None, at: datetime | None = None
+    ) -> Database:
+        """The head of a database, or a past version (``version=n`` or ``at=datetime``)."""
+        if version is not None and at is not None:
+            raise UsageError("open_db takes version= or at=, not both")
+        if version is not None:
+            if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+                raise UsageError(f"version must be a non-negative integer, got {version!r}")
+            if self.refs.head(name) is None:
+                raise NotFoundError(f"there is no database {name!r} in {self.uri}")
+            return self._database(self.refs.get(name, version))
+        if at is not None:
+            if not isinstance(at, datetime):
+                raise UsageError(f"at must be a datetime, got {type(at).__name__}")
+            if self.refs.head(name) is None:
+                raise NotFoundError(f"there is no database {name!r} in {self.uri}")
+            return self._database(self.refs.at(name, at))
+        return self._head(name)
+
+    def create_db(
+        self, name: str, metadata: Any = None, root: Database | str | None = None
+    ) -> Database:
+        """Create a database at version 0: empty, or a copy-on-write clone of ``root``.
+
+        ``root`` is a Database (its committed root is cloned, O(1) whatever
+        its size) or a root CID string. UsageError if the database exists.
+        """
+        head = self.refs.head(name)
+        if head is not None and head.root is not None:
+            raise UsageError(
+                f"database {name!r} already exists in {self.uri} (version {head.version}); "
+                "open it, drop it first, or choose another name"
+            )
+        if root is not None:
+            if metadata is not None:
+                raise UsageError(
+                    "a clone keeps its source's metadata: pass metadata or root, not both"
+                )
+            return self._clone(name, root)
+        check_metadata(metadata, f"metadata of database {name!r}")
+        with self.writer_lease(name) as lease:
+            cid = self.blocks.put_node(DbRoot({}, metadata).to_node(), refresh_before=lease.start)
+            try:
+                entry = self.refs.commit(name, None, str(cid))
+            except JournalConflictError:
+                raise UsageError(
+                    f"database {name!r} was created by another writer just now"
+                ) from None
+        return self._database(entry)
+
+    def _clone(self, name: str, root: Database | str) -> Database:
+        if isinstance(root, Database):
+            if root._conn is not self and root._conn.uri != self.uri:
+                raise UsageError("a clone must be made from a database of the same lake")
+            try:
+                entry = self.refs.clone(root.name, name, root.version)
+            except JournalConflictError:
+                raise UsageError(
+                    f"database {name!r} was created by another writer just now"
+                ) from None
+            return self._database(entry)
+        if not isinstance(root, str):
+            raise UsageError(
+                f"root must be a Database or a root CID string, got {type(root).__name__}"
+            )
+        cid = CID.parse(root)
+        node = self.blocks.get_node(cid)
+        DbRoot.from_node(node, cid)  # it must be a database root
+        try:
+            entry = self.refs.commit(name, None, str(cid), meta={"cloned_root": str(cid)})
+        except JournalConflictError:
+            raise UsageError(f"database {name!r} was created by another writer just now") from None
+        return self._database(entry)
+
+    def drop_db(self, name: str) -> JournalEntry:
+        """Drop a database: its history and blocks stay until garbage collection."""
+        head = self.refs.head(name)
+        if head is None or head.root is None:
+            raise NotFoundError(f"there is no live database {name!r} in {self.uri} to drop")
+        return self.refs.drop(name)
+
+
+def connect(
+    uri: str | os.PathLike[str],
+    *,
+    hash: str | None = None,
+    cache_bytes: int = 256 << 20,
+    workers: int = 4,
+    **options: Any,
+) -> Connection:
+    """Open the lake at ``uri`` (``file://``, a path, ``s3://bucket/prefix``, ``memory://``).
+
+    ``options`` go to the object store (for S3: ``endpoint_url``,
+    ``region_name``, credentials). ``hash`` chooses BLAKE3 (default) or
+    ``"sha2-256"`` for a new lake. ``cache_bytes`` bounds decoded caches.
+    """
+    return Connection(
+        open_store(uri, **options), hash=hash, cache_bytes=cache_bytes, workers=workers
+    )

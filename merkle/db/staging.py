@@ -1,0 +1,107 @@
+"""Blocks of an uncommitted transaction, held in memory until commit.
+
+Nothing a transaction writes reaches the lake before ``commit()``: its blocks
+are staged here (reads see them first, then the lake). At commit, only the
+staged blocks reachable from the new root are written, concurrently and
+durably, under the writer lease, before the journal entry that names them.
+Intermediate blocks (batches merged away within the transaction) never
+reach storage.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from merkle.blocks.cid import CID, DAG_CBOR, codec_code
+from merkle.blocks.codec import decode_node, iter_links
+from merkle.blocks.store import BlockStore
+from merkle.errors import UsageError
+from merkle.storage.base import ObjectInfo
+
+__all__ = ["StagedBlocks"]
+
+
+class StagedBlocks(BlockStore):
+    """A BlockStore whose writes stay in memory until :meth:`flush_reachable`."""
+
+    def __init__(self, base: BlockStore) -> None:
+        super().__init__(base.store, hash="sha2-256" if base.hash_code == 0x12 else "blake3")
+        self.base = base
+        self.node_cache = base.node_cache  # keyed by CID: safe to share
+        self._staged: dict[CID, bytes] = {}
+        self._lock = threading.Lock()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        raise UsageError("an uncommitted transaction cannot be pickled: commit it first")
+
+    @property
+    def staged_bytes(self) -> int:
+        """Bytes held in memory."""
+        return sum(len(data) for data in self._staged.values())
+
+    def put_many(
+        self,
+        blocks: Iterable[tuple[bytes, str | int]],
+        *,
+        refresh_before: float | None = None,
+    ) -> list[CID]:
+        cids = []
+        for data, codec in blocks:
+            if not isinstance(data, (bytes, bytearray, memoryview)):
+                raise UsageError(f"block data must be bytes, got {type(data).__name__}")
+            data = bytes(data)
+            cid = CID.of(data, codec_code(codec), self.hash_code)
+            with self._lock:
+                self._staged.setdefault(cid, data)
+            cids.append(cid)
+        return cids
+
+    def get(self, cid: CID) -> bytes:
+        data = self._staged.get(cid)
+        return data if data is not None else self.base.get(cid)
+
+    def get_many(self, cids: Sequence[CID]) -> dict[CID, bytes]:
+        found = {cid: self._staged[cid] for cid in cids if cid in self._staged}
+        rest = [cid for cid in cids if cid not in found]
+        if rest:
+            found.update(self.base.get_many(rest))
+        return found
+
+    def has(self, cid: CID) -> bool:
+        return cid in self._staged or self.base.has(cid)
+
+    def stat(self, cid: CID) -> ObjectInfo:
+        data = self._staged.get(cid)
+        if data is not None:
+            return ObjectInfo(self.key(cid), len(data), time.time())
+        return self.base.stat(cid)
+
+    def reachable(self, roots: Sequence[CID]) -> list[tuple[CID, bytes]]:
+        """The staged blocks reachable from ``roots`` (links into the lake are not followed)."""
+        seen: set[CID] = set()
+        found: list[tuple[CID, bytes]] = []
+        stack = list(roots)
+        while stack:
+            cid = stack.pop()
+            if cid in seen:
+                continue
+            seen.add(cid)
+            data = self._staged.get(cid)
+            if data is None:
+                continue  # already in the lake
+            found.append((cid, data))
+            if cid.codec == DAG_CBOR:
+                node = self.node_cache.get(cid.bytes)
+                stack.extend(iter_links(node if node is not None else decode_node(data)))
+        return found
+
+    def flush_reachable(self, roots: Sequence[CID], *, refresh_before: float | None) -> int:
+        """Write the staged blocks reachable from ``roots`` to the lake; how many were written."""
+        blocks = self.reachable(roots)
+        if blocks:
+            codecs = [(data, cid.codec) for cid, data in blocks]
+            self.base.put_many(codecs, refresh_before=refresh_before)
+        return len(blocks)
