@@ -23,6 +23,7 @@ Kinds:
 * ``"412"``: a 412 PreconditionFailed response.
 * ``"409"``: a 409 ConditionalRequestConflict (a racing conditional write).
 * ``"403"``: a 403 AccessDenied (a failure that is not worth retrying).
+* ``"501"``: a 501 NotImplemented (a store without conditional writes).
 
 Only the given store's client is hooked: a copy made by pickling has a client
 of its own and sees no faults.
@@ -63,7 +64,7 @@ __all__ = [
     "set_moto_mtime",
 ]
 
-FaultKind = Literal["timeout", "connection", "5xx", "slowdown", "412", "409", "403"]
+FaultKind = Literal["timeout", "connection", "5xx", "slowdown", "412", "409", "403", "501"]
 
 _ERROR_RESPONSES: dict[str, tuple[int, str, str]] = {
     "5xx": (500, "InternalError", "We encountered an internal error. Please try again."),
@@ -71,6 +72,7 @@ _ERROR_RESPONSES: dict[str, tuple[int, str, str]] = {
     "412": (412, "PreconditionFailed", "At least one of the preconditions did not hold."),
     "409": (409, "ConditionalRequestConflict", "A conflicting operation is in progress."),
     "403": (403, "AccessDenied", "Access Denied"),
+    "501": (501, "NotImplemented", "A header you provided implies unimplemented functionality."),
 }
 
 _hook_ids = itertools.count()

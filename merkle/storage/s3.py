@@ -26,6 +26,7 @@ import os
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 from urllib.parse import SplitResult, unquote
@@ -259,9 +260,14 @@ class S3Store(ObjectStore):
         self, what: str, exc: BaseException, failure: Failure, attempts: int, *, definite: bool
     ) -> StorageError:
         tries = f" after {attempts} attempts" if attempts > 1 else ""
-        message = f"{self._describe(what)} failed{tries}: {exc}"
+        message = f"{self._describe(what)} failed{tries}: {_reason(exc)}"
         if failure.code in _CREDENTIAL_CODES:
             message += "; check the credentials (boto3 chain or aws_* options) and bucket policy"
+        elif failure.code == "NotImplemented":
+            message += (
+                "; this S3-compatible store lacks a feature merkle needs (conditional writes "
+                "with If-None-Match: AWS S3 since 2024, MinIO)"
+            )
         elif type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
             message += (
                 "; set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, an AWS profile, "
@@ -313,8 +319,9 @@ class S3Store(ObjectStore):
     # -- reads ---------------------------------------------------------------
 
     def get(self, key: str) -> bytes:
-        full = self._full(key)
+        return self._fetch(self._full(key), key)
 
+    def _fetch(self, full: str, key: str) -> bytes:
         def fetch() -> bytes:
             response = self._client.get_object(Bucket=self.bucket, Key=full)
             return bytes(response["Body"].read())
@@ -422,8 +429,10 @@ class S3Store(ObjectStore):
         self.map_bulk(lambda pair: self.put(pair[0], pair[1]), pairs)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        full = self._full(key)
-        body = check_data(key, data)
+        return self._create(self._full(key), key, check_data(key, data))
+
+    def _create(self, full: str, key: str, body: bytes) -> bool:
+        """PutObject with If-None-Match, retried, with a read-back when a 412 may be ours."""
         what = f"conditional put of {key!r}"
         uncertain = False  # an earlier attempt may have written the object
         for attempt in range(self.max_attempts):
@@ -432,7 +441,7 @@ class S3Store(ObjectStore):
             except (ClientError, BotoCoreError) as exc:
                 if isinstance(exc, ClientError):
                     if error_code(exc) == "PreconditionFailed" or http_status(exc) == 412:
-                        return self._settle_precondition(key, body, uncertain=uncertain)
+                        return self._settle_precondition(full, key, body, uncertain=uncertain)
                     if error_code(exc) == "NoSuchBucket":
                         raise self._no_bucket() from None
                 failure = classify(exc)
@@ -447,12 +456,12 @@ class S3Store(ObjectStore):
                 return True
         raise AssertionError("unreachable: max_attempts >= 1")
 
-    def _settle_precondition(self, key: str, body: bytes, *, uncertain: bool) -> bool:
+    def _settle_precondition(self, full: str, key: str, body: bytes, *, uncertain: bool) -> bool:
         """Whether a 412 means this call won: only if an earlier attempt may have written."""
         if not uncertain:
             return False
         try:
-            stored = self.get(key)
+            stored = self._fetch(full, key)
         except NotFoundError:
             # It existed at the 412 and is gone now: whose it was cannot be known.
             raise StorageError(
@@ -462,6 +471,34 @@ class S3Store(ObjectStore):
                 definite=False,
             ) from None
         return stored == body
+
+    def check_conditional_writes(self) -> None:
+        """Raise :class:`StorageError` unless the bucket honours ``If-None-Match: *``.
+
+        A store that ignores the header overwrites where it should refuse, and
+        two writers would both "win" a commit. This creates a probe object
+        twice (the second must be refused) and deletes it: three requests,
+        for a setup check, not for every open. The probe's name starts with
+        ``.``, so it can never collide with a lake key.
+        """
+        probe = f".merkle-probe-{uuid.uuid4().hex}"
+        full = self.prefix + probe
+        try:
+            created = self._create(full, probe, b"first")
+            refused = not self._create(full, probe, b"second")
+        finally:
+            self._call(
+                f"delete of {probe!r}",
+                lambda: self._client.delete_object(Bucket=self.bucket, Key=full),
+                writes=True,
+            )
+        if not (created and refused):
+            raise StorageError(
+                f"{self._describe('conditional put')} is not honoured: the store ignored "
+                "If-None-Match: * and overwrote an existing object. merkle needs conditional "
+                "writes for its commits (AWS S3 since 2024, MinIO); use a store that has them",
+                definite=True,
+            )
 
     def touch(self, key: str) -> None:
         full = self._full(key)
@@ -525,6 +562,15 @@ class S3Store(ObjectStore):
                 )
             remaining = [e["Key"] for e in errors]
             time.sleep(backoff_delay(attempt, self.retry_base_delay, self.retry_max_delay))
+
+
+def _reason(exc: BaseException) -> str:
+    """A failure in a few words: the S3 code, status and message, or botocore's text."""
+    if isinstance(exc, ClientError):
+        detail = exc.response.get("Error", {}).get("Message", "")
+        reason = f"{error_code(exc) or 'error'} (HTTP {http_status(exc)})"
+        return f"{reason}: {detail}" if detail else reason
+    return str(exc) or type(exc).__name__
 
 
 _SESSION: boto3.session.Session | None = None

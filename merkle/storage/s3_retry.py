@@ -90,6 +90,9 @@ def classify(exc: BaseException) -> Failure:
             return Failure(retryable=True, definite=True, code=code)
         if code in _CLIENT_TIMEOUT_CODES or code in _CONFLICT_CODES:
             return Failure(retryable=True, definite=True, code=code)
+        if code == "NotImplemented" or status == 501:
+            # The store does not support a header we sent: it did nothing, and never will.
+            return Failure(retryable=False, definite=True, code="NotImplemented")
         if status >= 500 or code in _SERVER_CODES:
             return Failure(retryable=True, definite=False, code=code or str(status))
         return Failure(retryable=False, definite=True, code=code or str(status))

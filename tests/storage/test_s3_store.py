@@ -160,6 +160,46 @@ def test_taken_then_deleted_before_read_back_is_indefinite(s3: S3Store, raw: Any
     assert caught.value.definite is False
 
 
+def test_a_store_without_conditional_writes_is_told_so(s3: S3Store) -> None:
+    with (
+        inject_s3_faults(s3, "PutObject", kind="501", times=5, after_send=False) as faults,
+        pytest.raises(StorageError, match="If-None-Match") as caught,
+    ):
+        s3.put_if_absent("k", b"v")
+    assert caught.value.definite is True
+    assert faults.fired == 1  # not worth retrying
+
+
+def test_check_conditional_writes_passes_on_a_store_that_has_them(s3: S3Store) -> None:
+    s3.check_conditional_writes()
+    assert list(s3.list()) == []  # the probe is gone
+
+
+def test_check_conditional_writes_catches_a_store_that_ignores_the_header(s3: S3Store) -> None:
+    def drop_if_none_match(params: dict[str, Any], **_: Any) -> None:
+        params["headers"].pop("If-None-Match", None)
+
+    s3.client.meta.events.register(
+        "before-call.s3.PutObject", drop_if_none_match, unique_id="drop-if-none-match"
+    )
+    with pytest.raises(StorageError, match="not honoured"):
+        s3.check_conditional_writes()
+    assert list(s3.list()) == []
+
+
+def test_error_messages_name_the_code_not_botocore_internals(s3: S3Store) -> None:
+    with (
+        inject_s3_faults(s3, "GetObject", kind="5xx", times=3),
+        pytest.raises(StorageError) as caught,
+    ):
+        s3.get("k")
+    message = str(caught.value)
+    assert "InternalError (HTTP 500)" in message
+    assert "'k'" in message
+    assert s3.uri in message
+    assert "max retries" not in message
+
+
 # -- retries of plain requests ---------------------------------------------------------------
 
 
