@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
-from collections.abc import Iterator
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -21,6 +19,7 @@ from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_no
 from merkle.blocks.store import BlockStore
 from merkle.db.database import Database, check_metadata
 from merkle.db.dbroot import DbRoot
+from merkle.db.writer import WriterSession
 from merkle.errors import IntegrityError, NotFoundError, UsageError
 from merkle.refs import JournalConflictError, JournalEntry, Lease, LeaseManager, RefManager
 from merkle.storage.base import ObjectStore, open_store
@@ -74,6 +73,7 @@ class Connection:
         self.tables = TableStore(self.blocks, cache_bytes=cache_bytes, workers=workers)
         self.refs = RefManager(store)
         self.leases = LeaseManager(store)
+        self._writer = WriterSession(self.leases, ttl=WRITER_LEASE_TTL)
         self._closed = False
 
     @property
@@ -88,6 +88,7 @@ class Connection:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self._writer.close()
             self.tables.close()
             self.store.close()
 
@@ -104,26 +105,9 @@ class Connection:
 
     # -- leases ----------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def writer_lease(self, db: str | None = None) -> Iterator[Lease]:
-        """Hold a writer lease (renewed in the background) for the duration of the block."""
-        lease = self.leases.acquire_writer(WRITER_LEASE_TTL, db=db)
-        current = [lease]
-        stop = threading.Event()
-
-        def renew() -> None:
-            while not stop.wait(WRITER_LEASE_TTL / 4):
-                with contextlib.suppress(Exception):
-                    current[0] = self.leases.renew(current[0], WRITER_LEASE_TTL)
-
-        renewer = threading.Thread(target=renew, name="merkle-writer-lease", daemon=True)
-        renewer.start()
-        try:
-            yield lease
-        finally:
-            stop.set()
-            renewer.join()
-            self.leases.release(current[0])
+    def writer_lease(self, db: str | None = None) -> contextlib.AbstractContextManager[Lease]:
+        """Hold the connection's writer lease (shared, renewed, GC-aware) for a block."""
+        return self._writer.hold(db)
 
     # -- databases -------------------------------------------------------------------
 

@@ -177,6 +177,14 @@ class ObjectStore(ABC):
     def put_if_absent(self, key: str, data: bytes) -> bool:
         """Create ``key`` only if it does not exist; True if this call created it."""
 
+    def put_hint(self, key: str, data: bytes) -> None:
+        """Store a hint: atomic like ``put``, but it need not survive a crash.
+
+        For data that readers verify or can rebuild (the journal's HEAD
+        pointer): backends may skip the flush that makes ``put`` durable.
+        """
+        self.put(key, data)
+
     def put_many(self, items: Iterable[tuple[str, bytes]]) -> None:
         """Store several objects; all are durable when this returns.
 

@@ -198,8 +198,8 @@ class FileStore(ObjectStore):
         finally:
             os.close(fd)
 
-    def _write_temp(self, path: str, data: bytes) -> str:
-        """Write ``data`` to a durable hidden temp file beside ``path``; return its name."""
+    def _write_temp(self, path: str, data: bytes, *, sync: bool = True) -> str:
+        """Write ``data`` to a hidden temp file beside ``path`` (durable unless ``sync=False``)."""
         directory = os.path.dirname(path)
         self._ensure_dir(directory)
         tmp = os.path.join(directory, f"{_TMP_PREFIX}{uuid.uuid4().hex}")
@@ -208,7 +208,7 @@ class FileStore(ObjectStore):
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            if self.fsync:
+            if self.fsync and sync:
                 os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -219,6 +219,17 @@ class FileStore(ObjectStore):
 
     def put(self, key: str, data: bytes) -> None:
         self.put_many([(key, data)])
+
+    def put_hint(self, key: str, data: bytes) -> None:
+        """Atomic (temp file + rename) but not flushed: a crash may keep the old hint."""
+        path = self._path(key)
+        if os.path.isdir(path):
+            raise self._is_a_directory(path)
+        try:
+            tmp = self._write_temp(path, check_data(key, data), sync=False)
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise StorageError(f"cannot write {key!r} to {self.uri}: {exc}") from exc
 
     def put_many(self, items: Iterable[tuple[str, bytes]]) -> None:
         """Write every object to a durable temp file, then rename them all, then sync the dirs.

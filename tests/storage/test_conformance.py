@@ -267,6 +267,15 @@ def test_delete_many(store: ObjectStore) -> None:
 # -- bulk -------------------------------------------------------------------------------
 
 
+def test_put_hint_is_an_atomic_put(store: ObjectStore) -> None:
+    store.put_hint("refs/db/HEAD", b"1")
+    store.put_hint("refs/db/HEAD", b"22")
+    assert store.get("refs/db/HEAD") == b"22"
+    assert [info.key for info in store.list("refs/")] == ["refs/db/HEAD"]
+    with pytest.raises(UsageError):
+        store.put_hint("refs/db/HEAD", "text")  # type: ignore[arg-type]
+
+
 def test_put_many_and_get_many(store: ObjectStore) -> None:
     items = {f"blocks/{i:04d}": bytes([i % 256]) * (i + 1) for i in range(50)}
     store.put_many(items.items())
