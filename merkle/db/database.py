@@ -29,6 +29,7 @@ from merkle.db.ops import (
     AlterFamilies,
     AlterTableMeta,
     BuildTable,
+    Compact,
     CreateTable,
     Delete,
     DropTable,
@@ -485,6 +486,22 @@ class Database:
             table, built.root.uid, [str(c) for c in cids], self._table_root(table) or ""
         )
         return self._with_table(table, _TableState(built), op)
+
+    def compact(self, table: str | None = None) -> Database:
+        """Fold pending batches into the tablets (of one table, or of every table).
+
+        The data read back is the same; the committed version afterwards has
+        no pending batches, so every record is in a tablet (``list_tablets``
+        and bulk readers see it). Commit to keep the result.
+        """
+        db = self
+        for name in [table] if table is not None else self.list_tables():
+            current = db._table(name)
+            if not current.root.pending:
+                continue
+            op = Compact(name, current.root.uid)
+            db = db._with_table(name, _TableState(current.flush()), op)
+        return db
 
     # -- database ------------------------------------------------------------------
 

@@ -27,6 +27,7 @@ __all__ = [
     "AlterFamilies",
     "AlterTableMeta",
     "BuildTable",
+    "Compact",
     "CreateTable",
     "Delete",
     "DropTable",
@@ -144,6 +145,16 @@ class AlterFamilies(Op):
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
         return db.alter_families(self.table, self.families)
+
+
+@dataclass(frozen=True)
+class Compact(Op):
+    table: str
+    uid: str
+
+    def apply(self, db: Database) -> Database:
+        _same_table(db, self.table, self.uid)
+        return db.compact(self.table)
 
 
 @dataclass(frozen=True)
