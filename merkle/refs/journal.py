@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -89,11 +89,25 @@ class RefManager:
 
     Safe to share between threads; any number of processes may use the same
     lake at once. ``now`` supplies commit times (tests inject a fixed clock).
+    ``probe_fanout`` is how many journal slots a search reads concurrently
+    per round (on the store's I/O pool) when finding a head past a stale
+    hint or an entry by time: 1 (the default) reads one at a time, the fewest
+    requests; more cuts round trips on a high-latency store that serves
+    requests in parallel (``bench/refs.py`` measures both).
     """
 
-    def __init__(self, store: ObjectStore, *, now: Callable[[], datetime] = _utcnow) -> None:
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        now: Callable[[], datetime] = _utcnow,
+        probe_fanout: int = 1,
+    ) -> None:
+        if not isinstance(probe_fanout, int) or isinstance(probe_fanout, bool) or probe_fanout < 1:
+            raise UsageError(f"probe_fanout must be an integer >= 1, got {probe_fanout!r}")
         self.store = store
         self._now = now
+        self._fanout = probe_fanout
         self._lock = threading.Lock()
         # The newest entry this manager has seen per database: a starting point
         # for probing (entries are immutable and slots never freed, so it can
@@ -129,19 +143,27 @@ class RefManager:
     def head(self, db: str) -> JournalEntry | None:
         """The newest entry of ``db`` (root None if dropped); None if ``db`` never existed.
 
-        Starts from the newest entry this manager saw, else the ``HEAD`` hint,
-        else one listing of the journal, and probes the slots past it: one
-        read when the start is current, O(log d) when it is d versions behind.
+        A manager that has seen the head before reads one slot past it (one
+        read when nothing changed); otherwise it starts from the ``HEAD`` hint
+        (else one listing of the journal) and probes past that: two reads when
+        the hint is current, O(log d) probe rounds when it is d versions behind.
         """
         db = check_db_name(db)
         with self._lock:
-            start: _Slot = self._known.get(db)
-        if start is None:
-            start = self._hint(db)
-        if start is None:
-            start = self._scan(db)
-        if start is None:
-            return None
+            known = self._known.get(db)
+        if known is not None:
+            following = self._read(db, known.version + 1)
+            if following is None:
+                return known
+            # Others have committed since: the hint is likely closer than our cache.
+            hint = self._hint(db)
+            ahead = hint is not None and hint.version > following.version
+            start: JournalEntry | TrimmedEntry = hint if hint is not None and ahead else following
+        else:
+            found = self._hint(db) or self._scan(db)
+            if found is None:
+                return None
+            start = found
         entry = self._probe_past(db, start)
         self._remember(entry)
         return entry
@@ -173,22 +195,32 @@ class RefManager:
             )
         return slot
 
+    def _read_many(self, db: str, versions: Sequence[int]) -> list[_Slot]:
+        if len(versions) == 1:
+            return [self._read(db, versions[0])]
+        return self.store.map_bulk(lambda v: self._read(db, v), versions)
+
     def _probe_past(self, db: str, start: JournalEntry | TrimmedEntry) -> JournalEntry:
+        """The head, found by probing the slots after ``start`` (which exists)."""
         seen: dict[int, JournalEntry | TrimmedEntry] = {start.version: start}
 
-        def present(version: int) -> bool:
-            slot = self._read(db, version)
-            if slot is not None:
-                seen[version] = slot
-            return slot is not None
+        def present(versions: Sequence[int]) -> list[bool]:
+            slots = self._read_many(db, versions)
+            for version, slot in zip(versions, slots, strict=True):
+                if slot is not None:
+                    seen[version] = slot
+            return [slot is not None for slot in slots]
 
-        top = seen[gallop(present, start.version)]
-        if not isinstance(top, JournalEntry):
+        top = start.version
+        if present([top + 1])[0]:  # the common case, a current start, costs one read
+            top = gallop(present, top + 1, self._fanout)
+        head = seen[top]
+        if not isinstance(head, JournalEntry):
             raise IntegrityError(
-                f"journal head {entry_key(db, top.version)!r} is a trimmed tombstone; "
+                f"journal head {entry_key(db, head.version)!r} is a trimmed tombstone; "
                 "retention never trims a head, so the journal was altered from outside"
             )
-        return top
+        return head
 
     # -- commit --------------------------------------------------------------------
 
@@ -230,6 +262,9 @@ class RefManager:
         else:
             parent = self._parent_for_commit(db, _check_version(expected_version, "version"))
             if parent.dropped:
+                head = self.head(db)
+                if head is not None and head.version != parent.version:
+                    raise JournalConflictError(db, expected_version, head.version)
                 raise NotFoundError(
                     f"database {db!r} was dropped at version {parent.version}; "
                     "create it again with expected_version=None"
@@ -351,13 +386,14 @@ class RefManager:
             return head
         seen: dict[int, _Slot] = {head.version: head}
 
-        def at_or_before(version: int) -> bool:
+        def at_or_before(versions: Sequence[int]) -> list[bool]:
             # Tombstones (and slots gone missing) lie below every kept entry.
-            slot = seen[version] = self._read(db, version)
-            return not isinstance(slot, JournalEntry) or slot.time <= when
+            slots = self._read_many(db, versions)
+            seen.update(zip(versions, slots, strict=True))
+            return [not isinstance(s, JournalEntry) or s.time <= when for s in slots]
 
         low = min(self._marker(db), head.version)
-        if not at_or_before(low):
+        if not at_or_before([low])[0]:
             first = seen[low]
             assert isinstance(first, JournalEntry)
             removed = f"; versions before {low} were removed by retention" if low else ""
@@ -365,7 +401,7 @@ class RefManager:
                 f"database {db!r} has no version at or before {when.isoformat()}: version "
                 f"{low} was committed at {first.time.isoformat()}{removed}"
             )
-        found = seen[last_true(at_or_before, low, head.version - 1)]
+        found = seen[last_true(at_or_before, low, head.version - 1, self._fanout)]
         if not isinstance(found, JournalEntry):
             raise NotFoundError(
                 f"the version of database {db!r} at {when.isoformat()} was removed by retention"
@@ -406,12 +442,12 @@ class RefManager:
             return None
         low = min(self._marker(db), head.version)
 
-        def trimmed(version: int) -> bool:
-            return not isinstance(self._read(db, version), JournalEntry)
+        def trimmed(versions: Sequence[int]) -> list[bool]:
+            return [not isinstance(s, JournalEntry) for s in self._read_many(db, versions)]
 
-        if not trimmed(low):
+        if not trimmed([low])[0]:
             return low
-        return last_true(trimmed, low, head.version - 1) + 1
+        return last_true(trimmed, low, head.version - 1, self._fanout) + 1
 
     # -- drop, clone, trim -----------------------------------------------------------
 

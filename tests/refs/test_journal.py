@@ -10,7 +10,7 @@ import pytest
 from merkle.blocks.codec import encode_node
 from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError
 from merkle.refs import JournalConflictError, JournalEntry, RefManager
-from merkle.refs.entry import entry_key, head_key
+from merkle.refs.entry import entry_key, head_key, trimmed_key
 from merkle.storage import ObjectStore
 
 from .helpers import T0, Now, root
@@ -262,6 +262,9 @@ def test_drop_and_create_again(refs: RefManager) -> None:
         reader.commit("shop", 3, root("x"))
     again = reader.commit("shop", None, root("again"))
     assert (again.version, again.parent, again.root) == (4, 3, root("again"))
+    with pytest.raises(JournalConflictError) as info:
+        fresh(refs).commit("shop", 3, root("x"))  # an old drop is not the head: a conflict
+    assert info.value.found == 4
     assert refs.list_dbs() == ["other", "shop"]
     assert [e.version for e in refs.history("shop")] == [4, 3, 2, 1, 0]
 
@@ -438,3 +441,23 @@ def test_entry_times_are_utc_microseconds(refs: RefManager, now: Now) -> None:
     assert entry.time == now.value
     assert entry.time.utcoffset() == timedelta(0)
     assert fresh(refs).get("shop", 0).time == datetime(2030, 1, 2, 8, 4, 5, 678901, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("fanout", [2, 8])
+def test_wide_probing_gives_the_same_answers(refs: RefManager, now: Now, fanout: int) -> None:
+    entries = build(refs, "shop", 60, now)
+    refs.trim("shop", 7)
+    refs.store.put(head_key("shop"), refs.store.get(entry_key("shop", 9)))
+    wide = RefManager(refs.store, probe_fanout=fanout)
+    assert wide.head("shop") == entries[-1]
+    assert wide.oldest_version("shop") == 7
+    for entry in entries[7::5]:
+        assert wide.at("shop", entry.time) == entry
+    refs.store.delete(trimmed_key("shop"))  # the marker is a hint: search past it
+    assert RefManager(refs.store, probe_fanout=fanout).oldest_version("shop") == 7
+
+
+@pytest.mark.parametrize("fanout", [0, -1, 1.5, True])
+def test_a_bad_probe_fanout_is_a_usage_error(store: ObjectStore, fanout: object) -> None:
+    with pytest.raises(UsageError, match="probe_fanout"):
+        RefManager(store, probe_fanout=fanout)  # type: ignore[arg-type]
