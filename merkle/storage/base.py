@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 from urllib.parse import SplitResult, urlsplit
 
 from merkle.errors import NotFoundError, UsageError
@@ -234,7 +234,7 @@ class ObjectStore(ABC):
         if pool is not None:
             pool.shutdown(wait=True)
 
-    def __enter__(self) -> ObjectStore:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -328,9 +328,10 @@ def open_store(uri: str | os.PathLike[str], **options: Any) -> ObjectStore:
 
     ``memory://`` (fresh) or ``memory://name`` (shared within the process),
     ``file:///absolute/path`` or a plain filesystem path, and
-    ``s3://bucket/prefix`` (options ``endpoint_url``, ``region_name``;
-    credentials from boto3's usual chain). Other schemes can be added with
-    :func:`register_scheme`.
+    ``s3://bucket/prefix`` (options ``endpoint_url``, ``region_name``,
+    ``aws_access_key_id`` ..., ``bulk_workers``, ``max_attempts``; credentials
+    otherwise from boto3's usual chain; see ``doc/storage.md``). Other schemes
+    can be added with :func:`register_scheme`.
     """
     if isinstance(uri, os.PathLike):
         uri = os.fspath(uri)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pickle
 import threading
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -82,8 +83,8 @@ def test_put_overwrites(store: ObjectStore) -> None:
 
 
 def test_bytearray_and_memoryview_are_stored_as_bytes(store: ObjectStore) -> None:
-    store.put("a", bytearray(b"xy"))
-    store.put("b", memoryview(b"zw"))
+    store.put("a", bytearray(b"xy"))  # type: ignore[arg-type]
+    store.put("b", memoryview(b"zw"))  # type: ignore[arg-type]
     assert store.get("a") == b"xy"
     assert store.get("b") == b"zw"
 
@@ -367,7 +368,7 @@ def test_a_pickled_store_opens_the_same_location(store: ObjectStore) -> None:
 
 @pytest.mark.parametrize("key", INVALID_KEYS, ids=repr)
 def test_invalid_keys_are_usage_errors(store: ObjectStore, key: Any) -> None:
-    calls = {
+    calls: dict[str, Callable[[], object]] = {
         "put": lambda: store.put(key, b"x"),
         "put_if_absent": lambda: store.put_if_absent(key, b"x"),
         "put_many": lambda: store.put_many([(key, b"x")]),

@@ -81,7 +81,7 @@ def test_sigkill_mid_put_leaves_old_or_new_bytes_in_full(file_store: FileStore) 
     )
     child.start()
     sender.close()
-    reports = []
+    reports: list[tuple[str, int]] = []
     try:
         # Puts 1..3 complete; put 4 hangs with half its bytes written; then it dies.
         while not reports or reports[-1][0] != "stalled":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pickle
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import boto3
@@ -252,7 +252,7 @@ def test_retries_are_off_with_max_attempts_1(moto_endpoint: str, bucket: str) ->
 
 def test_a_missing_bucket_names_the_bucket_and_endpoint(moto_endpoint: str) -> None:
     with open_s3(moto_endpoint, "no-such-bucket-here") as store:
-        calls = {
+        calls: dict[str, Callable[[], object]] = {
             "get": lambda: store.get("k"),
             "stat": lambda: store.stat("k"),
             "exists": lambda: store.exists("k"),
