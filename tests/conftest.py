@@ -42,13 +42,20 @@ class Lake:
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     """URL of a moto S3 server on 127.0.0.1, stopped at the end of the session."""
-    from moto.server import ThreadedMotoServer
+    import logging
 
+    from moto.server import ThreadedMotoServer
+    from s3faults import moto_atomic_conditional_puts
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     try:
-        yield f"http://{host}:{port}"
+        # Real S3 decides If-None-Match atomically; moto checks then writes. Serialise
+        # its PutObject so race tests test merkle, not moto.
+        with moto_atomic_conditional_puts():
+            yield f"http://{host}:{port}"
     finally:
         server.stop()
 
