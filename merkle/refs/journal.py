@@ -36,7 +36,7 @@ from merkle.refs.names import check_db_name
 from merkle.refs.search import gallop, last_true
 from merkle.storage.base import ObjectStore
 
-__all__ = ["JournalEntry", "RefManager"]
+__all__ = ["DEFAULT_HINT_EVERY", "JournalEntry", "RefManager"]
 
 _Slot = JournalEntry | TrimmedEntry | None
 
@@ -44,6 +44,10 @@ _Slot = JournalEntry | TrimmedEntry | None
 _CHUNK = 64
 #: Attempts of an unconditional drop before giving up on a busy database.
 _DROP_ATTEMPTS = 100
+#: Commits rewrite the HEAD hint when their version is a multiple of this: a
+#: cold reader then probes at most 3 slots past it, and 3 commits in 4 cost one
+#: durable write instead of two (see doc/refs.md and bench/refs.py).
+DEFAULT_HINT_EVERY = 4
 
 
 def _utcnow() -> datetime:
@@ -53,6 +57,12 @@ def _utcnow() -> datetime:
 def _check_version(value: object, what: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise UsageError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _check_count(value: object, what: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise UsageError(f"{what} must be an integer >= 1, got {value!r}")
     return value
 
 
@@ -93,7 +103,10 @@ class RefManager:
     per round (on the store's I/O pool) when finding a head past a stale
     hint or an entry by time: 1 (the default) reads one at a time, the fewest
     requests; more cuts round trips on a high-latency store that serves
-    requests in parallel (``bench/refs.py`` measures both).
+    requests in parallel (``bench/refs.py`` measures both). ``hint_every``:
+    the ``HEAD`` hint is rewritten by commits whose version is a multiple of
+    it (and by drops); 1 rewrites it on every commit, which doubles the
+    writes of a commit for a cold reader's saving of a probe or two.
     """
 
     def __init__(
@@ -102,12 +115,12 @@ class RefManager:
         *,
         now: Callable[[], datetime] = _utcnow,
         probe_fanout: int = 1,
+        hint_every: int = DEFAULT_HINT_EVERY,
     ) -> None:
-        if not isinstance(probe_fanout, int) or isinstance(probe_fanout, bool) or probe_fanout < 1:
-            raise UsageError(f"probe_fanout must be an integer >= 1, got {probe_fanout!r}")
         self.store = store
         self._now = now
-        self._fanout = probe_fanout
+        self._fanout = _check_count(probe_fanout, "probe_fanout")
+        self._hint_every = _check_count(hint_every, "hint_every")
         self._lock = threading.Lock()
         # The newest entry this manager has seen per database: a starting point
         # for probing (entries are immutable and slots never freed, so it can
@@ -200,21 +213,40 @@ class RefManager:
             return [self._read(db, versions[0])]
         return self.store.map_bulk(lambda v: self._read(db, v), versions)
 
+    def _fetch_many(self, db: str, versions: Sequence[int]) -> list[bytes | None]:
+        """The raw bytes of several slots (None where empty), concurrently if many."""
+
+        def fetch(version: int) -> bytes | None:
+            try:
+                return self.store.get(entry_key(db, version))
+            except NotFoundError:
+                return None
+
+        if len(versions) == 1:
+            return [fetch(versions[0])]
+        return self.store.map_bulk(fetch, versions)
+
     def _probe_past(self, db: str, start: JournalEntry | TrimmedEntry) -> JournalEntry:
-        """The head, found by probing the slots after ``start`` (which exists)."""
-        seen: dict[int, JournalEntry | TrimmedEntry] = {start.version: start}
+        """The head, found by probing the slots after ``start`` (which exists).
+
+        Probes only ask whether a slot exists; just the head found is decoded,
+        so a damaged old entry does not stop anyone from finding the head.
+        """
+        seen: dict[int, bytes] = {}
 
         def present(versions: Sequence[int]) -> list[bool]:
-            slots = self._read_many(db, versions)
-            for version, slot in zip(versions, slots, strict=True):
-                if slot is not None:
-                    seen[version] = slot
-            return [slot is not None for slot in slots]
+            found = self._fetch_many(db, versions)
+            for version, data in zip(versions, found, strict=True):
+                if data is not None:
+                    seen[version] = data
+            return [data is not None for data in found]
 
         top = start.version
         if present([top + 1])[0]:  # the common case, a current start, costs one read
             top = gallop(present, top + 1, self._fanout)
-        head = seen[top]
+        head = start
+        if top != start.version:
+            head = decode_slot(seen[top], entry_key(db, top), db, top)
         if not isinstance(head, JournalEntry):
             raise IntegrityError(
                 f"journal head {entry_key(db, head.version)!r} is a trimmed tombstone; "
@@ -292,7 +324,8 @@ class RefManager:
             found_version = None if found is None else found.version
             raise JournalConflictError(db, expected_version, found_version)
         self._remember(committed)
-        self._write_hint(db, data)
+        if committed.version % self._hint_every == 0 or committed.dropped:
+            self._write_hint(db, data)
         return committed
 
     def _parent_for_create(self, db: str) -> JournalEntry | None:

@@ -422,8 +422,8 @@ def test_an_entry_from_a_newer_format_asks_for_an_upgrade(refs: RefManager) -> N
 
 
 def test_an_entry_missing_below_the_head_is_an_integrity_error(refs: RefManager) -> None:
-    build(refs, "shop", 3)
-    refs.store.delete(entry_key("shop", 1))
+    build(RefManager(refs.store, hint_every=1), "shop", 3)  # HEAD names version 2
+    refs.store.delete(entry_key("shop", 1))  # only outside damage deletes an entry
     with pytest.raises(IntegrityError, match="missing below the head"):
         fresh(refs).get("shop", 1)
 
@@ -461,3 +461,22 @@ def test_wide_probing_gives_the_same_answers(refs: RefManager, now: Now, fanout:
 def test_a_bad_probe_fanout_is_a_usage_error(store: ObjectStore, fanout: object) -> None:
     with pytest.raises(UsageError, match="probe_fanout"):
         RefManager(store, probe_fanout=fanout)  # type: ignore[arg-type]
+
+
+def test_the_head_hint_is_rewritten_every_nth_commit_and_on_drops(store: ObjectStore) -> None:
+    refs = RefManager(store, hint_every=4)
+
+    def hinted() -> int:
+        return RefManager(store)._hint("shop").version  # type: ignore[union-attr]
+
+    build(refs, "shop", 7)
+    assert hinted() == 4
+    assert refs.drop("shop").version == 7
+    assert hinted() == 7, "a drop always rewrites the hint"
+    assert RefManager(store).head("shop").version == 7  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("every", [0, -4, 2.0, None])
+def test_a_bad_hint_every_is_a_usage_error(store: ObjectStore, every: object) -> None:
+    with pytest.raises(UsageError, match="hint_every"):
+        RefManager(store, hint_every=every)  # type: ignore[arg-type]
