@@ -12,7 +12,8 @@ S3. Start with :func:`connect`::
 
 from merkle import errors
 from merkle.db import Connection, Database, connect
+from merkle.gc import gc, verify  # after the package import: `merkle.gc` is the function
 
 __version__ = "0.1.0"
 
-__all__ = ["Connection", "Database", "__version__", "connect", "errors"]
+__all__ = ["Connection", "Database", "__version__", "connect", "errors", "gc", "verify"]

@@ -19,6 +19,7 @@ from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_no
 from merkle.blocks.store import BlockStore
 from merkle.db.database import Database, check_metadata
 from merkle.db.dbroot import DbRoot
+from merkle.db.readers import ReaderLeaseKeeper
 from merkle.db.writer import WriterSession
 from merkle.errors import IntegrityError, NotFoundError, UsageError
 from merkle.refs import JournalConflictError, JournalEntry, Lease, LeaseManager, RefManager
@@ -74,6 +75,7 @@ class Connection:
         self.refs = RefManager(store)
         self.leases = LeaseManager(store)
         self._writer = WriterSession(self.leases, ttl=WRITER_LEASE_TTL)
+        self._readers = ReaderLeaseKeeper(self.leases)
         self._closed = False
 
     @property
@@ -89,6 +91,7 @@ class Connection:
         if not self._closed:
             self._closed = True
             self._writer.close()
+            self._readers.close()
             self.tables.close()
             self.store.close()
 
@@ -143,9 +146,34 @@ class Connection:
         return self._database(entry)
 
     def open_db(
-        self, name: str, version: int | None = None, at: datetime | None = None
+        self,
+        name: str,
+        version: int | None = None,
+        at: datetime | None = None,
+        *,
+        lease: bool = False,
     ) -> Database:
-        """The head of a database, or a past version (``version=n`` or ``at=datetime``)."""
+        """The head of a database, or a past version (``version=n`` or ``at=datetime``).
+
+        With ``lease=True`` the value holds a reader lease: garbage collection
+        keeps every block of this version until ``release()`` (or the end of a
+        ``with`` block), even if retention drops the version meanwhile.
+        """
+        db = self._open(name, version, at)
+        if not lease:
+            return db
+        handle = self._readers.hold(db.name, db.version, db.root)
+        try:
+            # The lease is visible now; the entry must still be there, or a collection
+            # that trimmed it may not have seen the lease (see merkle.gc.collect).
+            self.refs.get(db.name, db.version)
+        except BaseException:
+            handle.release()
+            raise
+        db._reader = handle
+        return db
+
+    def _open(self, name: str, version: int | None, at: datetime | None) -> Database:
         if version is not None and at is not None:
             raise UsageError("open_db takes version= or at=, not both")
         if version is not None:

@@ -36,6 +36,7 @@ from merkle.db.ops import (
     Op,
     Write,
 )
+from merkle.db.readers import ReaderLease
 from merkle.db.staging import StagedBlocks
 from merkle.errors import ConflictError, MerkleError, NotFoundError, UsageError
 from merkle.refs import JournalConflictError, JournalEntry
@@ -148,6 +149,7 @@ class Database:
         self._meta = meta if meta_changed else base.meta
         self._meta_changed = meta_changed
         self._ops = ops
+        self._reader: ReaderLease | None = None
 
     def _evolve(self, **changes: Any) -> Database:
         state: dict[str, Any] = {
@@ -158,7 +160,9 @@ class Database:
             "ops": self._ops,
         }
         state.update(changes)
-        return Database(self._conn, self._entry, self._base, **state)
+        derived = Database(self._conn, self._entry, self._base, **state)
+        derived._reader = self._reader  # values derived from a leased one share its lease
+        return derived
 
     def __repr__(self) -> str:
         dirty = f", {len(self._ops)} uncommitted changes" if self._ops else ""
@@ -185,6 +189,22 @@ class Database:
     def entry(self) -> JournalEntry:
         """The journal entry of the committed version this value is based on."""
         return self._entry
+
+    @property
+    def leased(self) -> bool:
+        """Whether a reader lease keeps this value's version from garbage collection."""
+        return self._reader is not None and not self._reader.released
+
+    def release(self) -> None:
+        """Give up the reader lease of ``open_db(..., lease=True)`` (no-op without one)."""
+        if self._reader is not None:
+            self._reader.release()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
     @property
     def dirty(self) -> bool:

@@ -80,7 +80,8 @@ class WriterSession:
             self._thread.start()
 
     def _maintain(self) -> None:
-        interval = max(0.05, min(self.idle, self.ttl / 4) / 2)
+        # Poll often enough that a waiting collector is not held up for long.
+        interval = max(0.05, min(self.idle, self.ttl / 4) / 8)
         while not self._wake.wait(interval):
             with self._lock:
                 lease = self._lease

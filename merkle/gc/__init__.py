@@ -1,0 +1,69 @@
+"""Garbage collection, retention and verification.
+
+``merkle.gc(conn, ...)`` marks from every kept version, reader lease and
+writer lease and sweeps what nothing reaches; ``merkle.verify(conn)`` re-hashes
+everything reachable. Retention is stored per lake with per-database
+overrides (``set_retention``). See doc/operations.md.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING
+
+from merkle.gc.collect import gc, journal_names
+from merkle.gc.mark import Marker, ReachabilityError
+from merkle.gc.policy import Policy, Retention, load_policy, parse_duration, save_policy
+from merkle.gc.report import DatabaseReport, GCReport, VerifyReport, load_reports
+from merkle.gc.verify import verify
+
+if TYPE_CHECKING:
+    from merkle.db.connection import Connection
+
+__all__ = [
+    "DatabaseReport",
+    "GCReport",
+    "Marker",
+    "Policy",
+    "ReachabilityError",
+    "Retention",
+    "VerifyReport",
+    "gc",
+    "get_policy",
+    "journal_names",
+    "load_reports",
+    "parse_duration",
+    "set_retention",
+    "verify",
+]
+
+
+def get_policy(conn: Connection) -> Policy:
+    """The lake's retention policy and grace period."""
+    return load_policy(conn.store)
+
+
+def set_retention(
+    conn: Connection,
+    keep_versions: int | None = None,
+    keep_within: timedelta | str | None = None,
+    *,
+    db: str | None = None,
+    grace: timedelta | str | None = None,
+) -> Policy:
+    """Store the lake's default retention, or ``db``'s override (both None: remove it).
+
+    With ``db`` and neither limit, the database's override is removed and the
+    lake default applies to it again. ``grace`` sets the lake's grace period.
+    """
+    policy = load_policy(conn.store)
+    within = parse_duration(keep_within) if keep_within is not None else None
+    retention = Retention(keep_versions, within)
+    if db is None:
+        policy = policy.with_default(retention)
+    else:
+        policy = policy.with_database(db, None if retention.keeps_everything else retention)
+    if grace is not None:
+        policy = Policy(policy.default, policy.databases, parse_duration(grace))
+    save_policy(conn.store, policy)
+    return policy

@@ -1,0 +1,169 @@
+"""Retention: which versions of each database garbage collection keeps.
+
+A lake has one retention policy, stored at ``gc/policy``: a default for
+every database plus per-database overrides. A retention keeps the newest
+``keep_versions`` entries of a journal and every entry committed within
+``keep_within`` of now (the union, when both are set), and always the head;
+with neither set it keeps every version. ``grace`` is how old an unreachable
+block must be before it may be deleted.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
+from merkle.errors import NotFoundError, UsageError
+from merkle.refs import check_db_name
+from merkle.storage.base import ObjectStore
+
+__all__ = [
+    "DEFAULT_GRACE",
+    "POLICY_KEY",
+    "Policy",
+    "Retention",
+    "load_policy",
+    "parse_duration",
+    "save_policy",
+]
+
+POLICY_KEY = "gc/policy"
+POLICY_TYPE = "merkle/gc-policy"
+
+#: Unreachable blocks younger than this are never deleted (a safety net for
+#: writers without leases and for clock trouble; leases do the real work).
+DEFAULT_GRACE = timedelta(hours=1)
+
+_UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([wdhms])")
+
+
+def parse_duration(text: str | timedelta) -> timedelta:
+    """``"7d"``, ``"1h30m"``, ``"45s"``, ``"2w"`` (or a timedelta) as a timedelta."""
+    if isinstance(text, timedelta):
+        if text < timedelta(0):
+            raise UsageError(f"a duration cannot be negative, got {text}")
+        return text
+    if not isinstance(text, str) or not text.strip():
+        raise UsageError(f"a duration must be text like '7d' or '1h30m', got {text!r}")
+    spec = text.strip().lower()
+    pos, seconds = 0, 0.0
+    for match in _DURATION.finditer(spec):
+        if match.start() != pos:
+            break
+        seconds += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    if pos != len(spec) or pos == 0:
+        raise UsageError(
+            f"bad duration {text!r}: use a number and a unit (w, d, h, m, s), e.g. 7d, 1h30m, 45s"
+        )
+    return timedelta(seconds=seconds)
+
+
+def _check_keep_versions(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(
+            f"keep_versions must be an integer >= 1 (the head is always kept), got {value!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How many and how recent versions of one database to keep (None: no limit of that kind)."""
+
+    keep_versions: int | None = None
+    keep_within: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        _check_keep_versions(self.keep_versions)
+        if self.keep_within is not None:
+            parse_duration(self.keep_within)
+
+    @property
+    def keeps_everything(self) -> bool:
+        return self.keep_versions is None and self.keep_within is None
+
+    def describe(self) -> str:
+        if self.keeps_everything:
+            return "every version"
+        parts = []
+        if self.keep_versions is not None:
+            parts.append(f"the newest {self.keep_versions}")
+        if self.keep_within is not None:
+            parts.append(f"those of the last {self.keep_within}")
+        return " and ".join(parts) + " (and the head)"
+
+    def to_node(self) -> dict[str, Any]:
+        within = self.keep_within.total_seconds() if self.keep_within is not None else None
+        return {"keep_versions": self.keep_versions, "keep_within_seconds": within}
+
+    @classmethod
+    def from_node(cls, node: Mapping[str, Any]) -> Retention:
+        within = node.get("keep_within_seconds")
+        return cls(
+            node.get("keep_versions"),
+            timedelta(seconds=within) if within is not None else None,
+        )
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A lake's retention default, its per-database overrides, and the grace period."""
+
+    default: Retention = field(default_factory=Retention)
+    databases: dict[str, Retention] = field(default_factory=dict)
+    grace: timedelta = DEFAULT_GRACE
+
+    def for_db(self, name: str) -> Retention:
+        """The retention of one database (its override, else the default)."""
+        return self.databases.get(name, self.default)
+
+    def with_default(self, retention: Retention) -> Policy:
+        return replace(self, default=retention)
+
+    def with_database(self, name: str, retention: Retention | None) -> Policy:
+        """This policy with ``name``'s override set (None removes it)."""
+        check_db_name(name)
+        databases = dict(self.databases)
+        if retention is None:
+            databases.pop(name, None)
+        else:
+            databases[name] = retention
+        return replace(self, databases=databases)
+
+    def to_node(self) -> dict[str, Any]:
+        return {
+            "type": POLICY_TYPE,
+            "v": NODE_VERSION,
+            "default": self.default.to_node(),
+            "databases": {name: r.to_node() for name, r in sorted(self.databases.items())},
+            "grace_seconds": self.grace.total_seconds(),
+        }
+
+    @classmethod
+    def from_node(cls, node: Any) -> Policy:
+        node = check_node(node, POLICY_TYPE, where=POLICY_KEY)
+        return cls(
+            Retention.from_node(node["default"]),
+            {name: Retention.from_node(r) for name, r in node["databases"].items()},
+            timedelta(seconds=node["grace_seconds"]),
+        )
+
+
+def load_policy(store: ObjectStore) -> Policy:
+    """The lake's policy (keep every version, one hour of grace, until one is saved)."""
+    try:
+        return Policy.from_node(decode_node(store.get(POLICY_KEY)))
+    except NotFoundError:
+        return Policy()
+
+
+def save_policy(store: ObjectStore, policy: Policy) -> None:
+    store.put(POLICY_KEY, encode_node(policy.to_node()))

@@ -1,0 +1,160 @@
+"""What a garbage collection or a verification found, kept in the lake and returned.
+
+Reports are plain dataclasses with a readable ``summary()``; a GC report is
+also stored as a DAG-CBOR node under ``gc/reports/`` so an operator can see
+what earlier runs freed (``load_reports``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from merkle.blocks.codec import NODE_VERSION, decode_node, encode_node
+from merkle.storage.base import ObjectStore
+
+__all__ = [
+    "REPORT_PREFIX",
+    "DatabaseReport",
+    "GCReport",
+    "VerifyReport",
+    "load_reports",
+]
+
+REPORT_PREFIX = "gc/reports/"
+REPORT_TYPE = "merkle/gc-report"
+#: Reports beyond this many are deleted by the next run.
+KEEP_REPORTS = 50
+#: A stored report lists at most this many freed CIDs (the count is always exact).
+STORED_CIDS = 100_000
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1000
+    return f"{n} B"  # pragma: no cover
+
+
+@dataclass
+class DatabaseReport:
+    """What retention did to one database's journal."""
+
+    head: int | None
+    dropped: bool
+    versions_kept: int
+    versions_trimmed: int
+    oldest_kept: int | None
+    blocks_reached: int  # blocks first marked from this database's kept versions
+
+
+@dataclass
+class GCReport:
+    """The outcome of one ``merkle.gc`` run (``dry_run``: what it would have done)."""
+
+    dry_run: bool
+    started_at: datetime
+    finished_at: datetime | None = None
+    retention: str = ""
+    grace_seconds: float = 0.0
+    cutoff: float = 0.0  # unreachable blocks older than this (epoch seconds) were freed
+    blocks_listed: int = 0
+    bytes_listed: int = 0
+    blocks_kept: int = 0
+    bytes_kept: int = 0
+    blocks_freed: int = 0
+    bytes_freed: int = 0
+    blocks_spared_recent: int = 0  # unreachable, but too new to delete
+    bytes_spared_recent: int = 0
+    nodes_read: int = 0
+    reader_leases: int = 0
+    writer_leases_waited: int = 0
+    databases: dict[str, DatabaseReport] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)
+    freed: list[str] = field(default_factory=list)
+    report_key: str | None = None
+
+    def summary(self) -> str:
+        """A few readable lines for people (the CLI prints this)."""
+        verb = "would free" if self.dry_run else "freed"
+        lines = [
+            f"{'dry run: ' if self.dry_run else ''}{verb} {self.blocks_freed:,} blocks "
+            f"({_size(self.bytes_freed)}); kept {self.blocks_kept:,} blocks "
+            f"({_size(self.bytes_kept)}); {self.blocks_spared_recent:,} unreachable blocks "
+            f"younger than the grace period ({_size(self.bytes_spared_recent)}) kept for now",
+            f"retention: {self.retention}; grace {self.grace_seconds:g}s",
+        ]
+        for name, db in sorted(self.databases.items()):
+            state = "dropped" if db.dropped else f"head v{db.head}"
+            lines.append(
+                f"  {name}: {state}, {db.versions_kept} versions kept, "
+                f"{db.versions_trimmed} {'to trim' if self.dry_run else 'trimmed'}"
+            )
+        phases = ", ".join(f"{k} {v:.2f}s" for k, v in self.phases.items())
+        lines.append(f"time: {phases}")
+        return "\n".join(lines)
+
+    def to_node(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["started_at"] = self.started_at.isoformat()
+        data["finished_at"] = self.finished_at.isoformat() if self.finished_at else None
+        data["freed"] = self.freed[:STORED_CIDS]
+        data["freed_truncated"] = len(self.freed) > STORED_CIDS
+        data.pop("report_key")
+        return {"type": REPORT_TYPE, "v": NODE_VERSION, **data}
+
+    def save(self, store: ObjectStore) -> str:
+        """Store this report under ``gc/reports/`` and prune old ones; the key."""
+        stamp = self.started_at.astimezone(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        key = f"{REPORT_PREFIX}{stamp}{'-dry-run' if self.dry_run else ''}"
+        store.put(key, encode_node(self.to_node()))
+        old = [info.key for info in store.list(REPORT_PREFIX)]
+        store.delete_many(old[:-KEEP_REPORTS])
+        self.report_key = key
+        return key
+
+
+def load_reports(store: ObjectStore) -> list[dict[str, Any]]:
+    """The stored GC reports, oldest first, as decoded maps."""
+    return [decode_node(store.get(info.key)) for info in store.list(REPORT_PREFIX)]
+
+
+@dataclass
+class VerifyReport:
+    """The outcome of ``merkle.verify``: what was checked and what is damaged."""
+
+    blocks_checked: int = 0
+    bytes_checked: int = 0
+    versions_checked: int = 0
+    missing: list[tuple[str, str]] = field(default_factory=list)  # (cid, where)
+    corrupt: list[tuple[str, str]] = field(default_factory=list)
+    unreachable_blocks: int | None = None  # None when only one database was checked
+    unreachable_bytes: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when no reachable block is missing or corrupt."""
+        return not self.missing and not self.corrupt
+
+    def summary(self) -> str:
+        lines = [
+            f"checked {self.blocks_checked:,} blocks ({_size(self.bytes_checked)}) reachable "
+            f"from {self.versions_checked:,} versions: "
+            + (
+                "no damage"
+                if self.ok
+                else f"{len(self.missing)} missing, {len(self.corrupt)} corrupt"
+            )
+        ]
+        for cid, where in self.missing[:20]:
+            lines.append(f"  missing {cid} (from {where})")
+        for cid, where in self.corrupt[:20]:
+            lines.append(f"  corrupt {cid} (from {where})")
+        if self.unreachable_blocks is not None:
+            lines.append(
+                f"unreachable: {self.unreachable_blocks:,} blocks "
+                f"({_size(self.unreachable_bytes or 0)}): `merkle gc` frees them"
+            )
+        return "\n".join(lines)
