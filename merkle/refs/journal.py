@@ -165,19 +165,20 @@ class RefManager:
         with self._lock:
             known = self._known.get(db)
         if known is not None:
-            following = self._read(db, known.version + 1)
+            following = self._fetch_many(db, [known.version + 1])[0]
             if following is None:
                 return known
             # Others have committed since: the hint is likely closer than our cache.
             hint = self._hint(db)
-            ahead = hint is not None and hint.version > following.version
-            start: JournalEntry | TrimmedEntry = hint if hint is not None and ahead else following
+            if hint is not None and hint.version > known.version + 1:
+                entry = self._probe_past(db, hint.version, hint)
+            else:
+                entry = self._probe_past(db, known.version + 1, following)
         else:
-            found = self._hint(db) or self._scan(db)
-            if found is None:
+            start = self._hint(db) or self._scan(db)
+            if start is None:
                 return None
-            start = found
-        entry = self._probe_past(db, start)
+            entry = self._probe_past(db, start.version, start)
         self._remember(entry)
         return entry
 
@@ -226,27 +227,29 @@ class RefManager:
             return [fetch(versions[0])]
         return self.store.map_bulk(fetch, versions)
 
-    def _probe_past(self, db: str, start: JournalEntry | TrimmedEntry) -> JournalEntry:
-        """The head, found by probing the slots after ``start`` (which exists).
+    def _probe_past(
+        self, db: str, start: int, found: JournalEntry | TrimmedEntry | bytes
+    ) -> JournalEntry:
+        """The head, found by probing the slots after ``start``, which holds ``found``.
 
         Probes only ask whether a slot exists; just the head found is decoded,
         so a damaged old entry does not stop anyone from finding the head.
         """
-        seen: dict[int, bytes] = {}
+        seen: dict[int, JournalEntry | TrimmedEntry | bytes] = {start: found}
 
         def present(versions: Sequence[int]) -> list[bool]:
-            found = self._fetch_many(db, versions)
-            for version, data in zip(versions, found, strict=True):
+            fetched = self._fetch_many(db, versions)
+            for version, data in zip(versions, fetched, strict=True):
                 if data is not None:
                     seen[version] = data
-            return [data is not None for data in found]
+            return [data is not None for data in fetched]
 
-        top = start.version
+        top = start
         if present([top + 1])[0]:  # the common case, a current start, costs one read
             top = gallop(present, top + 1, self._fanout)
-        head = start
-        if top != start.version:
-            head = decode_slot(seen[top], entry_key(db, top), db, top)
+        head = seen[top]
+        if isinstance(head, bytes):
+            head = decode_slot(head, entry_key(db, top), db, top)
         if not isinstance(head, JournalEntry):
             raise IntegrityError(
                 f"journal head {entry_key(db, head.version)!r} is a trimmed tombstone; "

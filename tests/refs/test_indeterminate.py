@@ -213,3 +213,18 @@ def test_a_missing_hint_costs_one_listing(faulty: FaultyStore) -> None:
     assert RefManager(faulty).head("shop") == entry
     assert faulty.calls["list"] == 1
     assert faulty.calls["get"] == 3, "HEAD (missing), the listed top, one probe"
+
+
+def test_a_warm_manager_far_behind_jumps_to_the_hint(faulty: FaultyStore) -> None:
+    warm = RefManager(faulty)
+    writer = RefManager(faulty.inner, hint_every=1)
+    entry = writer.commit("shop", None, root(0))
+    assert warm.head("shop") == entry
+    for i in range(1, 1000):
+        entry = writer.commit("shop", entry.version, root(i))
+    before = reads(faulty)
+    assert warm.head("shop") == entry
+    assert reads(faulty) - before == 3, "the slot past its cache, HEAD, one probe past HEAD"
+    before = reads(faulty)
+    assert warm.head("shop") == entry
+    assert reads(faulty) - before == 1, "now current: one probe"
