@@ -1,0 +1,234 @@
+"""What every ``merkle`` command shares: the lake connection, errors and common options.
+
+A command module (``db.py``, ``table.py``, ``load.py``, ...) defines click
+commands with these decorators and helpers and is registered on the group in
+``main.py``. The rules they implement:
+
+- The lake comes from ``--lake`` or ``$MERKLE_LAKE``; it is opened once, on
+  first use, and closed when the command ends (:func:`connection`).
+- A :class:`~merkle.errors.MerkleError` (or a :class:`CliError` raised by a
+  command) ends the command with exit status 1 and ONE line on stderr,
+  ``error: <message>``, never a traceback: :class:`MerkleGroup` does that for
+  every command below it. Click's own usage errors keep exit status 2.
+- Writing commands take ``--message/-m`` and ``--author`` (default
+  ``$MERKLE_AUTHOR``) and commit exactly once (:func:`commit_options`).
+- Reading commands take ``--version N`` or ``--at TIME`` (:func:`version_options`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import IO, Any, TypeVar
+
+import click
+
+import merkle
+from merkle.errors import MerkleError
+
+__all__ = [
+    "CliError",
+    "CliState",
+    "MerkleGroup",
+    "commit_options",
+    "connection",
+    "fields_option",
+    "json_option",
+    "one_line",
+    "open_db",
+    "parse_fields",
+    "parse_store_option",
+    "parse_time",
+    "say",
+    "table_key",
+    "version_options",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: each line break (and the spaces around it) becomes one space."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+class CliError(click.ClickException):
+    """A user error: exit status 1 and one line ``error: <message>`` on stderr."""
+
+    exit_code = 1
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"error: {self.format_message()}", file=file, err=file is None)
+
+
+class MerkleGroup(click.Group):
+    """A click group that turns library errors into :class:`CliError` for every subcommand.
+
+    Subcommands (and nested groups) are invoked from inside this group's
+    ``invoke``, so one ``except`` here covers them all, including errors raised
+    while output is being streamed.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except MerkleError as exc:
+            raise CliError(str(exc)) from None
+
+
+@dataclass
+class CliState:
+    """The root context's object: where the lake is, and its connection once opened."""
+
+    lake: str | None
+    options: dict[str, Any] = field(default_factory=dict)
+    conn: merkle.Connection | None = None
+
+
+def connection(ctx: click.Context | None = None) -> merkle.Connection:
+    """The lake's connection, opened on first use and closed when the command ends."""
+    ctx = ctx or click.get_current_context()
+    root = ctx.find_root()
+    state = root.find_object(CliState)
+    if state is None:  # a command invoked on its own, outside the ``merkle`` group
+        raise CliError("no lake: run this command through `merkle --lake URI ...`")
+    if state.conn is None:
+        if not state.lake:
+            raise CliError("no lake given: pass --lake URI or set MERKLE_LAKE")
+        state.conn = merkle.connect(state.lake, **state.options)
+        root.call_on_close(state.conn.close)
+    return state.conn
+
+
+def parse_store_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--option``: the value as an int or float when it reads as one."""
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise click.BadParameter(f"{text!r} is not KEY=VALUE", param_hint="'--option'")
+    value: Any = raw
+    for kind in (int, float):
+        try:
+            value = kind(raw)
+        except ValueError:
+            continue
+        break
+    return name, value
+
+
+def say(message: str) -> None:
+    """Print the one-line summary of what a command did (stdout)."""
+    click.echo(message)
+
+
+# -- reading a version -------------------------------------------------------------
+
+
+def parse_time(ctx: click.Context, param: click.Parameter, value: str | None) -> datetime | None:
+    """An ISO-8601 date or time (``2026-01-31``, ``2026-01-31T12:00:00Z``); naive is UTC."""
+    if value is None:
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r} is not an ISO-8601 time such as 2026-01-31T12:00:00Z"
+        ) from None
+
+
+def version_options(fn: F) -> F:
+    """``--version N`` / ``--at TIME``: which committed version to read (default: the head)."""
+    fn = click.option(
+        "--at",
+        default=None,
+        metavar="TIME",
+        callback=parse_time,
+        help="Read the newest version committed at or before this ISO-8601 time (naive = UTC).",
+    )(fn)
+    fn = click.option(
+        "--version",
+        "version",
+        type=click.IntRange(min=0),
+        default=None,
+        metavar="N",
+        help="Read version N instead of the head.",
+    )(fn)
+    return fn
+
+
+def open_db(name: str, version: int | None = None, at: datetime | None = None) -> merkle.Database:
+    """Database ``name`` at the head, or at ``version`` / ``at`` (never both)."""
+    if version is not None and at is not None:
+        raise CliError("pass --version or --at, not both")
+    return connection().open_db(name, version=version, at=at)
+
+
+def table_key(db: merkle.Database, table: str) -> tuple[str, str | None]:
+    """The key field of ``table`` and its key codec spec (None until the first write).
+
+    NotFoundError (exit 1) when the table does not exist, before any output.
+    """
+    info = db.describe_table(table)
+    return info["key"], info["key_codec"]
+
+
+# -- writing -------------------------------------------------------------------------
+
+
+def commit_options(fn: F) -> F:
+    """``--message/-m`` and ``--author``: recorded in the journal entry of the commit."""
+    fn = click.option(
+        "--author",
+        envvar="MERKLE_AUTHOR",
+        default=None,
+        help="Author recorded with the commit (default: $MERKLE_AUTHOR).",
+    )(fn)
+    fn = click.option(
+        "--message",
+        "-m",
+        default=None,
+        help="Commit message (default: a description of what the command did).",
+    )(fn)
+    return fn
+
+
+def json_option(name: str, help: str) -> Callable[[F], F]:
+    """An option whose value is a JSON document (metadata)."""
+
+    def convert(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+        if value is None:
+            return None
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise click.BadParameter(f"not valid JSON: {exc}") from None
+
+    return click.option(name, default=None, metavar="JSON", help=help, callback=convert)
+
+
+# -- fields ------------------------------------------------------------------------
+
+
+def parse_fields(text: str | None) -> list[str] | None:
+    """``a,b`` as ``["a", "b"]`` (None when not given); empty names are a usage error."""
+    if text is None:
+        return None
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise click.BadParameter(f"{text!r} has an empty field name", param_hint="'--fields'")
+    return names
+
+
+def fields_option(fn: F) -> F:
+    """``--fields a,b``: project records to these fields (the key field is always shown)."""
+    return click.option(
+        "--fields",
+        default=None,
+        metavar="A,B,...",
+        help="Only these fields (comma-separated); the key field is always included.",
+    )(fn)

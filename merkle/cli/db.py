@@ -1,0 +1,97 @@
+"""``merkle db``: list, create, drop, clone, describe and show the history of databases."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import click
+
+from merkle.cli.common import (
+    MerkleGroup,
+    connection,
+    json_option,
+    open_db,
+    say,
+    version_options,
+)
+from merkle.cli.output import emit_record, emit_rows, format_option
+
+__all__ = ["db"]
+
+
+@click.group(cls=MerkleGroup)
+def db() -> None:
+    """Databases: list, create, drop, clone, describe, log."""
+
+
+@db.command("list")
+@format_option
+def list_dbs(fmt: str | None) -> None:
+    """The live databases: name, head version and when it was committed."""
+    conn = connection()
+    rows = []
+    for name in conn.list_dbs():
+        head = conn.history(name, limit=1)[0]
+        rows.append({"name": name, "version": head.version, "time": head.time})
+    emit_rows(rows, fmt, columns=["name", "version", "time"])
+
+
+@db.command("create")
+@click.argument("name")
+@json_option("--metadata", 'Metadata of the database, as JSON: \'{"owner": "ops"}\'.')
+def create(name: str, metadata: Any) -> None:
+    """Create an empty database NAME (committed at once, as version 0)."""
+    created = connection().create_db(name, metadata=metadata)
+    say(f"created database {name!r} (version {created.version})")
+
+
+@db.command("drop")
+@click.argument("name")
+def drop(name: str) -> None:
+    """Drop database NAME. Its history and blocks stay until `merkle gc`."""
+    entry = connection().drop_db(name)
+    say(f"dropped database {name!r} at version {entry.version}; its data stays until `merkle gc`")
+
+
+@db.command("clone")
+@click.argument("source")
+@click.argument("target")
+@version_options
+def clone(source: str, target: str, version: int | None, at: datetime | None) -> None:
+    """Create TARGET as a copy-on-write clone of SOURCE (its head, or --version N): O(1)."""
+    src = open_db(source, version, at)
+    made = connection().create_db(target, root=src)
+    say(f"cloned database {source!r} version {src.version} as {target!r} (version {made.version})")
+
+
+@db.command("describe")
+@click.argument("name")
+@version_options
+@format_option
+def describe(name: str, version: int | None, at: datetime | None, fmt: str | None) -> None:
+    """Database NAME: its root, version, tables (records and bytes), metadata."""
+    emit_record(open_db(name, version, at).describe(), fmt)
+
+
+@db.command("log")
+@click.argument("name")
+@click.option(
+    "--limit", "-n", type=click.IntRange(min=1), default=None, help="Show at most N versions."
+)
+@format_option
+def log(name: str, limit: int | None, fmt: str | None) -> None:
+    """The committed versions of database NAME, newest first (drops show an empty root)."""
+    entries = connection().history(name, limit)
+    rows = (
+        {
+            "version": entry.version,
+            "time": entry.time,
+            "author": entry.author,
+            "message": entry.message,
+            "root": entry.root,
+            "forked_from": entry.forked_from,
+        }
+        for entry in entries
+    )
+    emit_rows(rows, fmt, columns=["version", "time", "author", "message", "root", "forked_from"])

@@ -1,0 +1,241 @@
+"""The one output path of the ``merkle`` command: records and rows in four formats.
+
+Every command that prints records or rows goes through :func:`emit_rows` (a
+list of rows: ``scan``, ``get``, ``db list``, ``db log``, ``table list``) or
+:func:`emit_record` (one object: ``db describe``, ``table describe``), so the
+formats and the rendering of values are the same everywhere:
+
+- ``table``: aligned columns under a header, numbers right-aligned, for
+  people; the default when stdout is a terminal.
+- ``json``: one JSON array of objects (one object per line inside it).
+- ``jsonl``: one JSON object per line; the default when stdout is not a
+  terminal, since it streams.
+- ``csv``: a header row, then one row per record (RFC 4180 quoting, ``\\n``
+  line ends).
+
+``json`` and ``jsonl`` stream; ``table`` and ``csv`` read every row first,
+because records are schema-free and the columns (the union of the fields, in
+order of first appearance, the key first) are only known at the end.
+
+Values JSON cannot hold are rendered by :func:`jsonable`, the same way in
+every format: ``bytes`` as lowercase hex, ``datetime``/``date``/``time`` as
+ISO-8601, tuples (and sets) as arrays, NaN and infinities as the strings
+``"NaN"``, ``"Infinity"``, ``"-Infinity"``, decimals and anything else as
+their ``str``. In ``table`` and ``csv`` cells a string is shown as it is,
+null/absent as an empty cell, and every other value as its compact JSON.
+Command-line keys are parsed the same way (``merkle.cli.keys``), so a key
+copied from the output can be pasted back.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import decimal
+import json
+import math
+import sys
+import unicodedata
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import IO, Any
+
+import click
+
+__all__ = [
+    "FORMATS",
+    "cell",
+    "default_format",
+    "emit_record",
+    "emit_rows",
+    "format_option",
+    "jsonable",
+    "to_json",
+]
+
+#: The output formats, in the order ``--help`` lists them.
+FORMATS = ("table", "json", "jsonl", "csv")
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` as plain JSON data (see the module doc for the rules)."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "NaN"
+        if math.isinf(value):
+            return "Infinity" if value > 0 else "-Infinity"
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    if isinstance(value, datetime.datetime | datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {(k if isinstance(k, str) else cell(k)): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(item) for item in value]
+    if isinstance(value, set | frozenset):
+        items = [jsonable(item) for item in value]
+        return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
+    if isinstance(value, decimal.Decimal | uuid.UUID | datetime.timedelta):
+        return str(value)
+    try:  # numpy scalars and the like
+        item = value.item()
+    except (AttributeError, TypeError, ValueError):
+        return str(value)
+    return jsonable(item) if item is not value else str(item)
+
+
+def to_json(value: Any, *, indent: int | None = None) -> str:
+    """The JSON text of ``value`` (rendered by :func:`jsonable`; Unicode kept as is)."""
+    separators = (",", ": ") if indent is not None else (", ", ": ")
+    return json.dumps(jsonable(value), ensure_ascii=False, indent=indent, separators=separators)
+
+
+def cell(value: Any) -> str:
+    """The text of one value in a ``table`` or ``csv`` cell."""
+    data = jsonable(value)
+    if data is None:
+        return ""
+    if isinstance(data, str):
+        return data
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def default_format() -> str:
+    """``table`` when stdout is a terminal, else ``jsonl``."""
+    return "table" if sys.stdout.isatty() else "jsonl"
+
+
+def format_option(fn: Any) -> Any:
+    """``--format table|json|jsonl|csv`` (default: :func:`default_format`)."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(FORMATS),
+        default=None,
+        help="Output format (default: table on a terminal, else jsonl).",
+    )(fn)
+
+
+def _stdout() -> IO[str]:
+    return sys.stdout
+
+
+def _columns(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None) -> list[str]:
+    """``columns`` then every other field of ``rows``, in order of first appearance."""
+    seen: dict[str, None] = dict.fromkeys(columns or ())
+    for row in rows:
+        for name in row:
+            seen.setdefault(name, None)
+    return list(seen)
+
+
+def _width(text: str) -> int:
+    """Columns ``text`` takes on a terminal (East Asian wide characters take two)."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _pad(text: str, width: int, right: bool) -> str:
+    fill = " " * (width - _width(text))
+    return fill + text if right else text + fill
+
+
+def _table_cell(value: Any) -> str:
+    text = cell(value)
+    return text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _write_table(out: IO[str], rows: Sequence[Mapping[str, Any]], columns: list[str]) -> None:
+    if not columns:
+        return
+    cells = [[_table_cell(row.get(name)) for name in columns] for row in rows]
+    right = [
+        any(_is_number(row.get(name)) for row in rows)
+        and all(_is_number(row.get(name)) or row.get(name) is None for row in rows)
+        for name in columns
+    ]
+    widths = [
+        max([_width(name), *(_width(line[i]) for line in cells)]) for i, name in enumerate(columns)
+    ]
+    lines = [
+        [_pad(name, widths[i], right[i]) for i, name in enumerate(columns)],
+        ["-" * width for width in widths],
+        *([_pad(text, widths[i], right[i]) for i, text in enumerate(line)] for line in cells),
+    ]
+    for line in lines:
+        out.write("  ".join(line).rstrip() + "\n")
+
+
+def _write_csv(out: IO[str], rows: Sequence[Mapping[str, Any]], columns: list[str]) -> None:
+    if not columns:
+        return
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([cell(row.get(name)) for name in columns])
+
+
+def emit_rows(
+    rows: Iterable[Mapping[str, Any]],
+    fmt: str | None = None,
+    *,
+    columns: Sequence[str] | None = None,
+    file: IO[str] | None = None,
+) -> int:
+    """Print ``rows`` in ``fmt`` (None: :func:`default_format`); how many were printed.
+
+    ``columns`` come first in ``table`` and ``csv`` (and are shown even when
+    no row has them, so a projection's header is stable); the other fields of
+    the rows follow. ``json`` and ``jsonl`` print each row's own fields.
+    """
+    fmt = fmt or default_format()
+    out = file or _stdout()
+    count = 0
+    if fmt == "jsonl":
+        for row in rows:
+            out.write(to_json(row) + "\n")
+            count += 1
+    elif fmt == "json":
+        out.write("[")
+        for row in rows:
+            out.write(("\n" if count == 0 else ",\n") + to_json(row))
+            count += 1
+        out.write("\n]\n" if count else "]\n")
+    elif fmt in ("table", "csv"):
+        listed = list(rows)
+        count = len(listed)
+        names = _columns(listed, columns)
+        (_write_table if fmt == "table" else _write_csv)(out, listed, names)
+    else:
+        raise ValueError(f"unknown output format {fmt!r}; use one of {', '.join(FORMATS)}")
+    out.flush()
+    return count
+
+
+def emit_record(
+    record: Mapping[str, Any], fmt: str | None = None, *, file: IO[str] | None = None
+) -> None:
+    """Print one object (a ``describe``) in ``fmt``.
+
+    ``json`` indents the object, ``jsonl`` puts it on one line, ``csv`` is a
+    header and one row, ``table`` shows one ``field  value`` line per field.
+    """
+    fmt = fmt or default_format()
+    out = file or _stdout()
+    if fmt == "json":
+        out.write(to_json(record, indent=2) + "\n")
+    elif fmt == "table":
+        names = [str(name) for name in record]
+        width = max((_width(name) for name in names), default=0)
+        for name, value in zip(names, record.values(), strict=True):
+            out.write(f"{_pad(name, width, False)}  {_table_cell(value)}".rstrip() + "\n")
+    else:
+        emit_rows([record], fmt, file=out)
+        return
+    out.flush()

@@ -1,0 +1,107 @@
+"""``merkle scan`` and ``merkle get``: read records, in any output format."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import click
+
+from merkle.cli.common import (
+    CliError,
+    fields_option,
+    open_db,
+    parse_fields,
+    table_key,
+    version_options,
+)
+from merkle.cli.keys import parse_key, parse_keys
+from merkle.cli.output import cell, emit_rows, format_option
+
+__all__ = ["get", "scan"]
+
+
+@click.command()
+@click.argument("db")
+@click.argument("table")
+@click.option("--from", "from_key", default=None, metavar="KEY", help="First key (inclusive).")
+@click.option("--to", "to_key", default=None, metavar="KEY", help="Last key (inclusive).")
+@fields_option
+@click.option("--offset", type=click.IntRange(min=0), default=None, help="Skip N records first.")
+@click.option("--limit", "-n", type=click.IntRange(min=0), default=None, help="At most N records.")
+@click.option("--reverse", is_flag=True, help="Descending key order.")
+@version_options
+@format_option
+def scan(
+    db: str,
+    table: str,
+    from_key: str | None,
+    to_key: str | None,
+    fields: str | None,
+    offset: int | None,
+    limit: int | None,
+    reverse: bool,
+    version: int | None,
+    at: datetime | None,
+    fmt: str | None,
+) -> None:
+    """Records of TABLE in database DB, in key order.
+
+    KEYs are parsed by the table's key codec (see `merkle get --help`).
+    """
+    names = parse_fields(fields)
+    database = open_db(db, version, at)
+    key_field, spec = table_key(database, table)
+    records = database.scan(
+        table,
+        fields=names,
+        from_pk=None if from_key is None else parse_key(from_key, spec),
+        to_pk=None if to_key is None else parse_key(to_key, spec),
+        offset=offset,
+        limit=limit,
+        reverse=reverse,
+    )
+    emit_rows(records, fmt, columns=[key_field, *(names or ())])
+
+
+@click.command()
+@click.argument("db")
+@click.argument("table")
+@click.argument("keys", nargs=-1, required=True, metavar="KEY...")
+@fields_option
+@version_options
+@format_option
+def get(
+    db: str,
+    table: str,
+    keys: tuple[str, ...],
+    fields: str | None,
+    version: int | None,
+    at: datetime | None,
+    fmt: str | None,
+) -> None:
+    """The records of the given KEYs in TABLE of database DB, in the order given.
+
+    \b
+    Keys are parsed by the table's key codec:
+      int, float   a number: 42, -7, 2.5
+      str          the text as it is
+      bytes        hexadecimal: 00ff or 0x00ff
+      timestamp    ISO-8601: 2026-01-31T12:00:00Z (naive = UTC)
+      tuple(...)   a JSON array: '[2026, "eu"]'
+    Exit status 1 (after printing the records found) when a key has no record.
+    """
+    names = parse_fields(fields)
+    database = open_db(db, version, at)
+    key_field, spec = table_key(database, table)
+    wanted = list(dict.fromkeys(parse_keys(keys, spec)))
+    found = database.get_records(table, wanted, fields=names)
+    emit_rows(
+        (found[key] for key in wanted if key in found),
+        fmt,
+        columns=[key_field, *(names or ())],
+    )
+    missing = [key for key in wanted if key not in found]
+    if missing:
+        shown = ", ".join(cell(key) for key in missing[:10])
+        more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+        raise CliError(f"no record in {db}.{table} for key {shown}{more}")
