@@ -127,7 +127,10 @@ def _batches(
     try:
         if source.fmt == "csv":
             forced = key_type is not None and not pa.types.is_timestamp(key_type)
-            convert = pacsv.ConvertOptions(column_types={key_field: key_type} if forced else None)
+            convert = pacsv.ConvertOptions(
+                column_types={key_field: key_type} if forced else None,
+                strings_can_be_null=True,  # an empty cell is no value: the field is absent
+            )
             reader = pacsv.open_csv(
                 stream,
                 read_options=pacsv.ReadOptions(block_size=_BLOCK_SIZE),
@@ -219,6 +222,7 @@ def _describe_files(paths: tuple[str, ...]) -> str:
 )
 @click.option(
     "--format",
+    "-f",
     "fmt",
     type=click.Choice(list(INPUT_FORMATS)),
     default=None,

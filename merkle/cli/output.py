@@ -112,6 +112,7 @@ def format_option(fn: Any) -> Any:
     """``--format table|json|jsonl|csv`` (default: :func:`default_format`)."""
     return click.option(
         "--format",
+        "-f",
         "fmt",
         type=click.Choice(FORMATS),
         default=None,
