@@ -9,10 +9,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from conftest import new_bucket
 
 import merkle
 from merkle.cli.output import cell, jsonable
-from tests.cli.conftest import Run, assert_one_error_line
+
+from .helpers import Run, assert_one_error_line
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -411,3 +413,21 @@ def test_usage_errors_have_status_2(run: Run, args: tuple[str, ...]) -> None:
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
     assert result.stderr.splitlines()[-1].startswith("Error: ")
+
+
+@pytest.mark.s3
+def test_an_s3_lake_with_store_options(moto_endpoint: str) -> None:
+    bucket = new_bucket(moto_endpoint)
+    run = Run(f"s3://{bucket}/lake")
+    options = ("-o", f"endpoint_url={moto_endpoint}", "-o", "region_name=us-east-1")
+    run.ok(*options, "db", "create", "shop")
+    run.ok(*options, "table", "create", "shop", "t", "--key", "k")
+    out = run.ok(*options, "db", "list", "--format", "json").stdout
+    assert [row["name"] for row in json.loads(out)] == ["shop"]
+    with merkle.connect(
+        f"s3://{bucket}/lake", endpoint_url=moto_endpoint, region_name="us-east-1"
+    ) as conn:
+        assert conn.open_db("shop").list_tables() == ["t"]
+    # Without the endpoint the bucket is not reachable: a one-line error, not a traceback.
+    line = run.fails("-o", "endpoint_url=http://127.0.0.1:9", "-o", "max_attempts=1", "db", "list")
+    assert line.startswith("error: ")

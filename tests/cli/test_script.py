@@ -1,0 +1,109 @@
+"""The installed ``merkle`` console script, run as a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .helpers import assert_one_error_line
+
+SCRIPT = Path(sys.executable).with_name("merkle")
+
+
+def merkle(
+    *args: str, lake: str | None, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MERKLE_")}
+    if lake is not None:
+        env["MERKLE_LAKE"] = lake
+    return subprocess.run(
+        [str(SCRIPT), *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_console_script_end_to_end(tmp_path: Path) -> None:
+    assert SCRIPT.exists(), f"the console script is not installed at {SCRIPT}"
+    lake = (tmp_path / "lake").as_uri()
+    data = tmp_path / "people.csv"
+    data.write_text("id,name\n2,bo\n1,al\n3,cy\n")
+    assert merkle("db", "create", "shop", lake=lake).returncode == 0
+    loaded = merkle("load", "shop", "people", str(data), "--key", "id", lake=lake)
+    assert (loaded.returncode, loaded.stdout) == (0, "loaded 3 rows into shop.people (version 1)\n")
+    assert loaded.stderr == ""  # no progress bar when stderr is not a terminal
+    scanned = merkle("scan", "shop", "people", "--format", "json", lake=lake)
+    assert json.loads(scanned.stdout) == [
+        {"id": 1, "name": "al"},
+        {"id": 2, "name": "bo"},
+        {"id": 3, "name": "cy"},
+    ]
+    got = merkle("get", "shop", "people", "2", "--format", "csv", lake=lake)
+    assert got.stdout == "id,name\n2,bo\n"
+
+
+def test_errors_from_the_console_script(tmp_path: Path) -> None:
+    lake = (tmp_path / "lake").as_uri()
+    for args, status in [
+        (("db", "describe", "nope"), 1),
+        (("--lake", "bogus://x", "db", "list"), 1),
+        (("scan", "a", "b", "--format", "xml"), 2),
+    ]:
+        result = merkle(*args, lake=lake)
+        assert result.returncode == status, result.stderr
+        assert "Traceback" not in result.stderr
+        if status == 1:
+            assert_one_error_line(result.stderr)
+    missing = merkle("db", "list", lake=None)
+    assert missing.returncode == 1
+    assert missing.stderr == "error: no lake given: pass --lake URI or set MERKLE_LAKE\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "openpty"), reason="needs a pseudo-terminal")
+def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
+    """With stderr on a terminal, load shows a progress bar with the rows loaded."""
+    lake = (tmp_path / "lake").as_uri()
+    assert merkle("db", "create", "shop", lake=lake).returncode == 0
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(f'{{"id": {i}}}\n' for i in range(1234)))
+    primary, secondary = os.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MERKLE_")}
+    env["MERKLE_LAKE"] = lake
+    try:
+        with subprocess.Popen(
+            [str(SCRIPT), "load", "shop", "t", str(data), "--key", "id"],
+            stdout=subprocess.PIPE,
+            stderr=secondary,
+            env=env,
+        ) as proc:
+            os.close(secondary)
+            secondary = -1
+            shown = b""
+            while True:  # read the terminal until the process closes it
+                try:
+                    chunk = os.read(primary, 4096)
+                except OSError:  # EIO: every writer closed the terminal
+                    break
+                if not chunk:
+                    break
+                shown += chunk
+            stdout, _ = proc.communicate(timeout=120)
+    finally:
+        os.close(primary)
+        if secondary >= 0:
+            os.close(secondary)
+    assert proc.returncode == 0
+    assert stdout == b"loaded 1,234 rows into shop.t (version 1)\n"
+    text = shown.decode()
+    assert "loading" in text
+    assert "1,234 rows" in text
+    assert "100%" in text
