@@ -158,8 +158,8 @@ class RefManager:
 
         A manager that has seen the head before reads one slot past it (one
         read when nothing changed); otherwise it starts from the ``HEAD`` hint
-        (else one listing of the journal) and probes past that: two reads when
-        the hint is current, O(log d) probe rounds when it is d versions behind.
+        (else from slot 0) and probes past that: two reads when the hint is
+        current, O(log d) probes when it is d versions behind.
         """
         db = check_db_name(db)
         with self._lock:
@@ -175,10 +175,18 @@ class RefManager:
             else:
                 entry = self._probe_past(db, known.version + 1, following)
         else:
-            start = self._hint(db) or self._scan(db)
-            if start is None:
-                return None
-            entry = self._probe_past(db, start.version, start)
+            start = self._hint(db)
+            first = None if start is not None else self._fetch_many(db, [0])[0]
+            if start is not None:
+                entry = self._probe_past(db, start.version, start)
+            elif first is not None:
+                # No hint: slot 0 is never freed, so gallop from it (O(log head) reads).
+                entry = self._probe_past(db, 0, first)
+            else:
+                top = self._scan(db)  # no slot 0: unknown db, or outside damage
+                if top is None:
+                    return None
+                entry = self._probe_past(db, top.version, top)
         self._remember(entry)
         return entry
 
@@ -192,7 +200,12 @@ class RefManager:
         return slot if isinstance(slot, JournalEntry) else None
 
     def _scan(self, db: str) -> _Slot:
-        """The highest slot a listing of the journal shows, or None for an unknown db."""
+        """The highest slot a listing of the journal shows, or None for an unknown db.
+
+        Only needed when slot 0 is missing, which a journal written by merkle
+        never is: it tells an unknown database (an empty listing) from one
+        whose first entries were deleted from outside.
+        """
         prefix = journal_prefix(db)
         top = None
         for info in self.store.list(prefix):
@@ -372,7 +385,7 @@ class RefManager:
     def _write_hint(self, db: str, data: bytes) -> None:
         # The commit stands even if this fails: readers probe past a stale HEAD.
         with contextlib.suppress(StorageError):
-            self.store.put(head_key(db), data)
+            self.store.put_hint(head_key(db), data)
 
     # -- reads ---------------------------------------------------------------------
 

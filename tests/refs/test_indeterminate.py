@@ -204,15 +204,30 @@ def test_a_stale_hint_costs_logarithmic_probes(faulty: FaultyStore, stale_by: in
     assert reads(faulty) - before <= 2 * math.log2(stale_by) + 3
 
 
-def test_a_missing_hint_costs_one_listing(faulty: FaultyStore) -> None:
+@pytest.mark.parametrize("versions", [300, 10_000])
+def test_a_missing_hint_costs_logarithmic_probes_from_slot_zero(versions: int) -> None:
+    with open_store("memory://") as inner:
+        faulty = FaultyStore(inner)
+        refs = RefManager(inner)
+        entry = refs.commit("shop", None, root(0))
+        for i in range(1, versions):
+            entry = refs.commit("shop", entry.version, root(i))
+        inner.delete(head_key("shop"))
+        assert RefManager(faulty).head("shop") == entry
+        assert "list" not in faulty.calls, "no listing of the journal"
+        assert faulty.calls["get"] <= 2 * math.log2(versions) + 4
+
+
+def test_without_slot_zero_one_listing_decides(faulty: FaultyStore) -> None:
+    assert RefManager(faulty).head("shop") is None
+    assert faulty.calls == {"get": 2, "list": 1}, "HEAD, slot 0, one listing"
     refs = RefManager(faulty.inner)
     entry = refs.commit("shop", None, root(0))
-    for i in range(1, 300):
+    for i in range(1, 10):
         entry = refs.commit("shop", entry.version, root(i))
     faulty.inner.delete(head_key("shop"))
+    faulty.inner.delete(entry_key("shop", 0))  # outside damage
     assert RefManager(faulty).head("shop") == entry
-    assert faulty.calls["list"] == 1
-    assert faulty.calls["get"] == 3, "HEAD (missing), the listed top, one probe"
 
 
 def test_a_warm_manager_far_behind_jumps_to_the_hint(faulty: FaultyStore) -> None:
