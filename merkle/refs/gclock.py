@@ -38,6 +38,7 @@ __all__ = [
     "LockState",
     "WritersBusyError",
     "acquire_gc_lock",
+    "lock_key",
     "read_lock",
 ]
 

@@ -8,9 +8,7 @@ chain and times never run backwards.
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing
-from collections.abc import Iterator
 
 import pytest
 from conftest import Lake
@@ -19,18 +17,6 @@ from merkle.refs import RefManager
 
 from .helpers import root
 from .workers import commit_loop
-
-
-@contextlib.contextmanager
-def atomic_moto(lake: Lake) -> Iterator[None]:
-    """On moto, make conditional puts atomic as real S3's are (see tests/s3faults.py)."""
-    if lake.kind != "s3":
-        yield
-        return
-    from s3faults import moto_atomic_conditional_puts
-
-    with moto_atomic_conditional_puts():
-        yield
 
 
 def race(lake: Lake, workers: int, commits: int) -> list[tuple[int, list[tuple[int, str]], int]]:
@@ -70,8 +56,8 @@ def test_racing_processes_build_one_chain(shared_lake: Lake) -> None:
     workers, commits = SIZES[shared_lake.kind]
     with shared_lake.open() as store:
         RefManager(store).commit("race", None, root("genesis"))
-    with atomic_moto(shared_lake):
-        reports = race(shared_lake, workers, commits)
+    # On S3, the moto_endpoint fixture makes moto's conditional puts atomic, as S3's are.
+    reports = race(shared_lake, workers, commits)
 
     total = workers * commits
     won: dict[int, str] = {}
