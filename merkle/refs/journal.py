@@ -161,7 +161,9 @@ class RefManager:
         (else from slot 0) and probes past that: two reads when the hint is
         current, O(log d) probes when it is d versions behind.
         """
-        db = check_db_name(db)
+        return self._head(check_db_name(db), self._fanout)
+
+    def _head(self, db: str, fanout: int) -> JournalEntry | None:
         with self._lock:
             known = self._known.get(db)
         if known is not None:
@@ -171,22 +173,22 @@ class RefManager:
             # Others have committed since: the hint is likely closer than our cache.
             hint = self._hint(db)
             if hint is not None and hint.version > known.version + 1:
-                entry = self._probe_past(db, hint.version, hint)
+                entry = self._probe_past(db, hint.version, hint, fanout)
             else:
-                entry = self._probe_past(db, known.version + 1, following)
+                entry = self._probe_past(db, known.version + 1, following, fanout)
         else:
             start = self._hint(db)
             first = None if start is not None else self._fetch_many(db, [0])[0]
             if start is not None:
-                entry = self._probe_past(db, start.version, start)
+                entry = self._probe_past(db, start.version, start, fanout)
             elif first is not None:
                 # No hint: slot 0 is never freed, so gallop from it (O(log head) reads).
-                entry = self._probe_past(db, 0, first)
+                entry = self._probe_past(db, 0, first, fanout)
             else:
                 top = self._scan(db)  # no slot 0: unknown db, or outside damage
                 if top is None:
                     return None
-                entry = self._probe_past(db, top.version, top)
+                entry = self._probe_past(db, top.version, top, fanout)
         self._remember(entry)
         return entry
 
@@ -241,7 +243,7 @@ class RefManager:
         return self.store.map_bulk(fetch, versions)
 
     def _probe_past(
-        self, db: str, start: int, found: JournalEntry | TrimmedEntry | bytes
+        self, db: str, start: int, found: JournalEntry | TrimmedEntry | bytes, fanout: int
     ) -> JournalEntry:
         """The head, found by probing the slots after ``start``, which holds ``found``.
 
@@ -259,7 +261,7 @@ class RefManager:
 
         top = start
         if present([top + 1])[0]:  # the common case, a current start, costs one read
-            top = gallop(present, top + 1, self._fanout)
+            top = gallop(present, top + 1, fanout)
         head = seen[top]
         if isinstance(head, bytes):
             head = decode_slot(head, entry_key(db, top), db, top)
@@ -480,7 +482,8 @@ class RefManager:
     def list_dbs(self) -> list[str]:
         """Names of the live databases (dropped ones excluded), sorted."""
         names = [name for name in self.store.list_prefixes("refs/") if _valid_name(name)]
-        heads = self.store.map_bulk(self.head, names)
+        # Sequential probes inside the pool's threads: a nested map_bulk could deadlock.
+        heads = self.store.map_bulk(lambda name: self._head(name, 1), names)
         return sorted(name for name, head in zip(names, heads, strict=True) if _live(head))
 
     def oldest_version(self, db: str) -> int | None:

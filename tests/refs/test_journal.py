@@ -480,3 +480,12 @@ def test_the_head_hint_is_rewritten_every_nth_commit_and_on_drops(store: ObjectS
 def test_a_bad_hint_every_is_a_usage_error(store: ObjectStore, every: object) -> None:
     with pytest.raises(UsageError, match="hint_every"):
         RefManager(store, hint_every=every)  # type: ignore[arg-type]
+
+
+def test_listing_with_wide_probes_does_not_nest_pools(store: ObjectStore) -> None:
+    writer = RefManager(store, hint_every=1)
+    names = [f"db{i:02d}" for i in range(20)]  # more than any store's I/O pool
+    for name in names:
+        build(writer, name, 6)
+        store.put(head_key(name), store.get(entry_key(name, 0)))  # stale: probing needed
+    assert RefManager(store, probe_fanout=8).list_dbs() == names
