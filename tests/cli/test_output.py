@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from merkle.cli.output import cell, emit_record, emit_rows, jsonable
+from merkle.cli.output import cell, default_format, emit_record, emit_rows, jsonable
 
 ROWS: list[dict[str, Any]] = [
     {"id": 1, "name": "ada", "score": 2.5},
@@ -151,3 +151,20 @@ def test_emit_record_in_every_format() -> None:
         'tables  {"t":{"count":1}}',
         "at      2026-01-01",
     ]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_default_format_is_table_on_a_terminal_and_jsonl_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    terminal = _Terminal()
+    monkeypatch.setattr("sys.stdout", terminal)
+    assert default_format() == "table"
+    emit_rows([{"id": 1}])
+    assert terminal.getvalue() == "id\n--\n 1\n"
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    assert default_format() == "jsonl"
