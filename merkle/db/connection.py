@@ -159,21 +159,24 @@ class Connection:
         keeps every block of this version until ``release()`` (or the end of a
         ``with`` block), even if retention drops the version meanwhile.
         """
-        db = self._open(name, version, at)
-        if not lease:
-            return db
-        handle = self._readers.hold(db.name, db.version, db.root)
+        entry = self._resolve(name, version, at)
+        if not lease or entry.root is None:
+            return self._database(entry)
+        # Lease first, then check the entry is still in the journal, and only then read
+        # any block: a collection that trimmed the version either saw the lease or made
+        # the check fail (see merkle.gc.collect).
+        handle = self._readers.hold(entry.db, entry.version, entry.root)
         try:
-            # The lease is visible now; the entry must still be there, or a collection
-            # that trimmed it may not have seen the lease (see merkle.gc.collect).
-            self.refs.get(db.name, db.version)
+            self.refs.get(entry.db, entry.version)
+            db = self._database(entry)
         except BaseException:
             handle.release()
             raise
         db._reader = handle
         return db
 
-    def _open(self, name: str, version: int | None, at: datetime | None) -> Database:
+    def _resolve(self, name: str, version: int | None, at: datetime | None) -> JournalEntry:
+        """The journal entry ``open_db`` means (no block is read)."""
         if version is not None and at is not None:
             raise UsageError("open_db takes version= or at=, not both")
         if version is not None:
@@ -181,14 +184,22 @@ class Connection:
                 raise UsageError(f"version must be a non-negative integer, got {version!r}")
             if self.refs.head(name) is None:
                 raise NotFoundError(f"there is no database {name!r} in {self.uri}")
-            return self._database(self.refs.get(name, version))
+            return self.refs.get(name, version)
         if at is not None:
             if not isinstance(at, datetime):
                 raise UsageError(f"at must be a datetime, got {type(at).__name__}")
             if self.refs.head(name) is None:
                 raise NotFoundError(f"there is no database {name!r} in {self.uri}")
-            return self._database(self.refs.at(name, at))
-        return self._head(name)
+            return self.refs.at(name, at)
+        entry = self.refs.head(name)
+        if entry is None:
+            raise NotFoundError(f"there is no database {name!r} in {self.uri}")
+        if entry.root is None:
+            raise NotFoundError(
+                f"database {name!r} was dropped at version {entry.version}; open an earlier "
+                "version, or create it again"
+            )
+        return entry
 
     def create_db(
         self, name: str, metadata: Any = None, root: Database | str | None = None

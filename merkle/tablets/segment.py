@@ -386,7 +386,11 @@ def normalize_arrow(
             "add it or pass the table's key field"
         )
     fields = [pa.field(key_field, codec.arrow_type)]
-    arrays: list[Any] = [codec.check_column(table.column(key_field))]
+    try:
+        key_column = codec.check_column(table.column(key_field))
+    except UsageError as exc:
+        raise UsageError(f"key field {key_field!r}: {exc}") from None
+    arrays: list[Any] = [key_column]
     for name in sorted(names):
         if name == key_field:
             continue

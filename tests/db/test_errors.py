@@ -275,17 +275,7 @@ CASES: dict[str, Case] = {
 }
 
 
-#: Cases that show a bug: the Arrow key-column checks (``KeyCodec.check_column``, reached
-#: from ``normalize_arrow`` in merkle/tablets/segment.py) do not name the key field.
-ARROW_KEY_MESSAGE = pytest.mark.xfail(
-    strict=True,
-    reason="bug: Arrow key-column errors do not name the key field (merkle/tablets/segment.py "
-    "normalize_arrow calls codec.check_column without adding key_field to the message)",
-)
-XFAIL = {
-    "arrow key column with a null": ARROW_KEY_MESSAGE,
-    "arrow key column of the wrong type": ARROW_KEY_MESSAGE,
-}
+XFAIL: dict[str, pytest.MarkDecorator] = {}  # cases that show a known bug
 
 
 @pytest.mark.parametrize("case", [pytest.param(name, marks=XFAIL.get(name, ())) for name in CASES])

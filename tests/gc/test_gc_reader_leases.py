@@ -129,13 +129,6 @@ def _collect_in_between(lake: Lake, obj: Any, name: str, monkeypatch: pytest.Mon
     monkeypatch.setattr(obj, name, hooked)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: open_db(lease=True) reads the version's root block before taking the "
-    "lease (merkle/db/connection.py open_db -> _open -> _database), so a collection that "
-    "trims the version in between makes it fail with 'block ... is missing ... "
-    "garbage-collected' instead of the retention NotFoundError",
-)
 def test_open_with_lease_racing_a_trim_before_the_lease_says_removed_by_retention(
     lake: Lake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
