@@ -202,7 +202,13 @@ class Connection:
         return entry
 
     def create_db(
-        self, name: str, metadata: Any = None, root: Database | str | None = None
+        self,
+        name: str,
+        metadata: Any = None,
+        root: Database | str | None = None,
+        *,
+        message: str | None = None,
+        author: str | None = None,
     ) -> Database:
         """Create a database at version 0: empty, or a copy-on-write clone of ``root``.
 
@@ -220,24 +226,28 @@ class Connection:
                 raise UsageError(
                     "a clone keeps its source's metadata: pass metadata or root, not both"
                 )
-            return self._clone(name, root)
+            return self._clone(name, root, message, author)
         check_metadata(metadata, f"metadata of database {name!r}")
         with self.writer_lease(name) as lease:
             cid = self.blocks.put_node(DbRoot({}, metadata).to_node(), refresh_before=lease.start)
             try:
-                entry = self.refs.commit(name, None, str(cid))
+                entry = self.refs.commit(name, None, str(cid), message=message, author=author)
             except JournalConflictError:
                 raise UsageError(
                     f"database {name!r} was created by another writer just now"
                 ) from None
         return self._database(entry)
 
-    def _clone(self, name: str, root: Database | str) -> Database:
+    def _clone(
+        self, name: str, root: Database | str, message: str | None, author: str | None
+    ) -> Database:
         if isinstance(root, Database):
             if root._conn is not self and root._conn.uri != self.uri:
                 raise UsageError("a clone must be made from a database of the same lake")
             try:
-                entry = self.refs.clone(root.name, name, root.version)
+                entry = self.refs.clone(
+                    root.name, name, root.version, message=message, author=author
+                )
             except JournalConflictError:
                 raise UsageError(
                     f"database {name!r} was created by another writer just now"
@@ -251,17 +261,26 @@ class Connection:
         node = self.blocks.get_node(cid)
         DbRoot.from_node(node, cid)  # it must be a database root
         try:
-            entry = self.refs.commit(name, None, str(cid), meta={"cloned_root": str(cid)})
+            entry = self.refs.commit(
+                name,
+                None,
+                str(cid),
+                meta={"cloned_root": str(cid)},
+                message=message,
+                author=author,
+            )
         except JournalConflictError:
             raise UsageError(f"database {name!r} was created by another writer just now") from None
         return self._database(entry)
 
-    def drop_db(self, name: str) -> JournalEntry:
+    def drop_db(
+        self, name: str, *, message: str | None = None, author: str | None = None
+    ) -> JournalEntry:
         """Drop a database: its history and blocks stay until garbage collection."""
         head = self.refs.head(name)
         if head is None or head.root is None:
             raise NotFoundError(f"there is no live database {name!r} in {self.uri} to drop")
-        return self.refs.drop(name)
+        return self.refs.drop(name, message=message, author=author)
 
 
 def connect(
