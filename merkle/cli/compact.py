@@ -9,7 +9,7 @@ from merkle.cli.common import commit_options, open_db, say
 __all__ = ["compact"]
 
 
-@click.command()
+@click.command(short_help="Fold pending batches into tablets (one commit).")
 @click.argument("db")
 @click.argument("table", required=False)
 @commit_options

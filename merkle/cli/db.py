@@ -77,7 +77,12 @@ def describe(name: str, version: int | None, at: datetime | None, fmt: str | Non
 @db.command("log")
 @click.argument("name")
 @click.option(
-    "--limit", "-n", type=click.IntRange(min=1), default=None, help="Show at most N versions."
+    "--limit",
+    "-n",
+    type=click.IntRange(min=1),
+    default=None,
+    metavar="N",
+    help="Show at most N versions.",
 )
 @format_option
 def log(name: str, limit: int | None, fmt: str | None) -> None:

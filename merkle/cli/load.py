@@ -121,7 +121,10 @@ def _batches(
         if source.path == "-":
             raise CliError("parquet cannot be read from stdin: name the file")
         source.parquet = pq.ParquetFile(source.path)
-        yield from source.parquet.iter_batches(batch_size=65536)
+        try:
+            yield from source.parquet.iter_batches(batch_size=65536)
+        finally:
+            source.parquet.close()
         return
     stream, source.counter = _open_text(source.path)
     try:
@@ -197,7 +200,7 @@ def _describe_files(paths: tuple[str, ...]) -> str:
     return ", ".join(names) if len(names) <= 3 else f"{len(names)} files"
 
 
-@click.command()
+@click.command(short_help="Load CSV, JSON Lines or Parquet files into a table.")
 @click.argument("db")
 @click.argument("table")
 @click.argument(

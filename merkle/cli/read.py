@@ -20,14 +20,23 @@ from merkle.cli.output import cell, emit_rows, format_option
 __all__ = ["get", "scan"]
 
 
-@click.command()
+@click.command(short_help="Records of a table in key order.")
 @click.argument("db")
 @click.argument("table")
 @click.option("--from", "from_key", default=None, metavar="KEY", help="First key (inclusive).")
 @click.option("--to", "to_key", default=None, metavar="KEY", help="Last key (inclusive).")
 @fields_option
-@click.option("--offset", type=click.IntRange(min=0), default=None, help="Skip N records first.")
-@click.option("--limit", "-n", type=click.IntRange(min=0), default=None, help="At most N records.")
+@click.option(
+    "--offset", type=click.IntRange(min=0), default=None, metavar="N", help="Skip N records first."
+)
+@click.option(
+    "--limit",
+    "-n",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="At most N records.",
+)
 @click.option("--reverse", is_flag=True, help="Descending key order.")
 @version_options
 @format_option
@@ -63,7 +72,7 @@ def scan(
     emit_rows(records, fmt, columns=[key_field, *(names or ())])
 
 
-@click.command()
+@click.command(short_help="The records of some keys.")
 @click.argument("db")
 @click.argument("table")
 @click.argument("keys", nargs=-1, required=True, metavar="KEY...")
