@@ -9,6 +9,7 @@ import click
 
 from merkle.cli.common import (
     MerkleGroup,
+    commit_options,
     connection,
     json_option,
     open_db,
@@ -40,17 +41,21 @@ def list_dbs(fmt: str | None) -> None:
 @db.command("create")
 @click.argument("name")
 @json_option("--metadata", 'Metadata of the database, as JSON: \'{"owner": "ops"}\'.')
-def create(name: str, metadata: Any) -> None:
+@commit_options
+def create(name: str, metadata: Any, message: str | None, author: str | None) -> None:
     """Create an empty database NAME (committed at once, as version 0)."""
-    created = connection().create_db(name, metadata=metadata)
+    created = connection().create_db(
+        name, metadata=metadata, message=message or f"create database {name}", author=author
+    )
     say(f"created database {name!r} (version {created.version})")
 
 
 @db.command("drop")
 @click.argument("name")
-def drop(name: str) -> None:
+@commit_options
+def drop(name: str, message: str | None, author: str | None) -> None:
     """Drop database NAME. Its history and blocks stay until `merkle gc`."""
-    entry = connection().drop_db(name)
+    entry = connection().drop_db(name, message=message or f"drop database {name}", author=author)
     say(f"dropped database {name!r} at version {entry.version}; its data stays until `merkle gc`")
 
 
@@ -58,10 +63,23 @@ def drop(name: str) -> None:
 @click.argument("source")
 @click.argument("target")
 @version_options
-def clone(source: str, target: str, version: int | None, at: datetime | None) -> None:
+@commit_options
+def clone(
+    source: str,
+    target: str,
+    version: int | None,
+    at: datetime | None,
+    message: str | None,
+    author: str | None,
+) -> None:
     """Create TARGET as a copy-on-write clone of SOURCE (its head, or --version N): O(1)."""
     src = open_db(source, version, at)
-    made = connection().create_db(target, root=src)
+    made = connection().create_db(
+        target,
+        root=src,
+        message=message or f"clone {source} version {src.version}",
+        author=author,
+    )
     say(f"cloned database {source!r} version {src.version} as {target!r} (version {made.version})")
 
 

@@ -94,9 +94,9 @@ def test_version_and_help() -> None:
 
 
 def test_db_create_list_describe_drop(run: Run, conn: merkle.Connection) -> None:
-    assert run.ok("db", "create", "shop", "--metadata", '{"owner": "ops"}').stdout == (
-        "created database 'shop' (version 0)\n"
-    )
+    out = run.ok("db", "create", "shop", "--metadata", '{"owner": "ops"}', "-m", "hello").stdout
+    assert conn.history("shop")[0].message == "hello"
+    assert out == ("created database 'shop' (version 0)\n")
     run.ok("db", "create", "dev")
     listed = json.loads(run.ok("db", "list", "--format", "json").stdout)
     assert [row["name"] for row in listed] == conn.list_dbs() == ["dev", "shop"]
@@ -104,9 +104,13 @@ def test_db_create_list_describe_drop(run: Run, conn: merkle.Connection) -> None
     described = json.loads(run.ok("db", "describe", "shop", "--format", "json").stdout)
     assert described == jsonable(conn.open_db("shop").describe())
     assert described["metadata"] == {"owner": "ops"}
-    out = run.ok("db", "drop", "dev").stdout
+    out = run.ok("db", "drop", "dev", "--author", "bob").stdout
     assert out.startswith("dropped database 'dev' at version 1")
     assert conn.list_dbs() == ["shop"]
+    assert [(e.message, e.author) for e in conn.history("dev")] == [
+        ("drop database dev", "bob"),
+        ("create database dev", None),
+    ]
     assert run.ok("db", "list", "--format", "csv").stdout.splitlines()[1].startswith("shop,0,")
 
 
@@ -143,8 +147,11 @@ def test_db_clone_at_a_version(run: Run, conn: merkle.Connection, shop: merkle.D
     assert out == "cloned database 'shop' version 1 as 'dev' (version 0)\n"
     dev = conn.open_db("dev")
     assert dev.root == conn.open_db("shop", version=1).root
-    assert conn.history("dev")[0].forked_from == {"db": "shop", "version": 1}
-    run.ok("db", "clone", "shop", "head")
+    entry = conn.history("dev")[0]
+    assert entry.forked_from == {"db": "shop", "version": 1}
+    assert (entry.message, entry.author) == ("clone shop version 1", None)
+    run.ok("db", "clone", "shop", "head", "-m", "copy", env={"MERKLE_AUTHOR": "eve"})
+    assert (conn.history("head")[0].message, conn.history("head")[0].author) == ("copy", "eve")
     assert conn.open_db("head").root == shop.root
 
 
