@@ -277,7 +277,10 @@ WORKERS, COMMITS = 4, 25
 @pytest.mark.slow
 def test_processes_commit_disjoint_keys(shared_lake: Lake, connect: Connect) -> None:
     conn = connect(shared_lake)
-    conn.create_db("race").create_table("t", key="k").commit()
+    # Small limits: commits flush pending batches into a multi-level tree while racing.
+    conn.create_db("race").create_table(
+        "t", key="k", tablet_size_limit=8, branching_factor=3, patch_limit=10
+    ).commit()
     barrier = multiprocessing.get_context("spawn").Barrier(WORKERS)
     options = shared_lake.options
     with (
@@ -317,6 +320,7 @@ def test_processes_commit_disjoint_keys(shared_lake: Lake, connect: Connect) -> 
         past = reader.open_db("race", version=version)
         assert past.describe_table("t")["count"] == version  # version - 1 keys, plus key -1
         assert past.get_records("t", [-1])[-1]["last"] == by_version[version]
+    assert head.describe_table("t")["tablets"] > 3
 
 
 @pytest.mark.slow

@@ -180,6 +180,47 @@ def test_none_is_the_same_as_absent(conn: merkle.Connection) -> None:
     assert list(db.scan("t", fields=["a"])) == [{"k": 1}]
 
 
+def test_arrow_input_with_nested_types_and_nulls(
+    lake: Lake, conn: merkle.Connection, connect: Connect
+) -> None:
+    """Arrow nulls are absent fields; lists, structs, dictionaries and timestamps read back."""
+    data = pa.table(
+        {
+            "k": pa.array([3, 1, 2], pa.int32()),
+            "l": pa.array([[1, 2], None, []], pa.list_(pa.int64())),
+            "s": pa.array(
+                [{"x": 1, "y": "a"}, {"x": None, "y": "b"}, None],
+                pa.struct([("x", pa.int64()), ("y", pa.string())]),
+            ),
+            "d": pa.array(["a", "b", "a"]).dictionary_encode(),
+            "ls": pa.array(["x", None, "z"], pa.large_string()),
+            "ts": pa.array([datetime(2020, 1, 1), None, datetime(2021, 1, 1)], pa.timestamp("ms")),
+            "n": pa.array([None, None, None], pa.null()),
+        }
+    )
+    db = conn.create_db("shop").create_table("t", key="k").write("t", data).commit()
+    expected = [
+        {"k": 1, "d": "b", "s": {"x": None, "y": "b"}},
+        {"k": 2, "d": "a", "l": [], "ls": "z", "ts": datetime(2021, 1, 1)},
+        {
+            "k": 3,
+            "d": "a",
+            "l": [1, 2],
+            "ls": "x",
+            "s": {"x": 1, "y": "a"},
+            "ts": datetime(2020, 1, 1),
+        },
+    ]
+    assert db.describe_table("t")["key_codec"] == "int"
+    assert full_scan(connect(lake).open_db("shop"), "t") == expected
+    # Dict records after Arrow ones: the types of a field may change from record to record.
+    db = db.write("t", [{"k": 4, "l": "text", "s": 5}]).commit()
+    assert full_scan(connect(lake).open_db("shop"), "t") == [
+        *expected,
+        {"k": 4, "l": "text", "s": 5},
+    ]
+
+
 # -- large Arrow writes ----------------------------------------------------------------
 
 ROWS = 200_000
