@@ -19,6 +19,7 @@ from merkle.blocks.cid import CID, DAG_CBOR
 from merkle.blocks.codec import decode_node, iter_links
 from merkle.blocks.store import BLOCK_PREFIX
 from merkle.errors import NotFoundError
+from merkle.gc import journal_names
 from merkle.storage import ObjectStore
 from merkle.storage.file import FileStore
 from merkle.storage.memory import MemoryStore
@@ -91,7 +92,7 @@ def reachable_from_journals(conn: merkle.Connection) -> set[str]:
     """Every block that some journal entry still in any journal reaches."""
     roots = [
         entry.root
-        for name in merkle.gc.journal_names(conn)
+        for name in journal_names(conn)
         for entry in conn.refs.history(name)
         if entry.root is not None
     ]
