@@ -90,8 +90,12 @@ class CliState:
     conn: merkle.Connection | None = None
 
 
-def connection(ctx: click.Context | None = None) -> merkle.Connection:
-    """The lake's connection, opened on first use and closed when the command ends."""
+def connection(ctx: click.Context | None = None, *, create: bool = False) -> merkle.Connection:
+    """The lake's connection, opened on first use and closed when the command ends.
+
+    Only a command that may start a new lake (``db create``) passes
+    ``create=True``: elsewhere a mistyped location is an error, not a new lake.
+    """
     ctx = ctx or click.get_current_context()
     root = ctx.find_root()
     state = root.find_object(CliState)
@@ -100,7 +104,7 @@ def connection(ctx: click.Context | None = None) -> merkle.Connection:
     if state.conn is None:
         if not state.lake:
             raise CliError("no lake given: pass --lake URI or set MERKLE_LAKE")
-        state.conn = merkle.connect(state.lake, **state.options)
+        state.conn = merkle.connect(state.lake, create=create, **state.options)
         root.call_on_close(state.conn.close)
     return state.conn
 

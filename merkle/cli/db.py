@@ -44,7 +44,7 @@ def list_dbs(fmt: str | None) -> None:
 @commit_options
 def create(name: str, metadata: Any, message: str | None, author: str | None) -> None:
     """Create an empty database NAME (committed at once, as version 0)."""
-    created = connection().create_db(
+    created = connection(create=True).create_db(
         name, metadata=metadata, message=message or f"create database {name}", author=author
     )
     say(f"created database {name!r} (version {created.version})")

@@ -36,11 +36,16 @@ CONFIG_TYPE = "merkle/lake"
 WRITER_LEASE_TTL = 120.0
 
 
-def _lake_config(store: ObjectStore, hash: str | None) -> dict[str, Any]:
-    """Read the lake's settings, creating them (with ``hash``) on a new lake."""
+def _lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str, Any]:
+    """Read the lake's settings, creating them (with ``hash``) on a new lake if ``create``."""
     try:
         node = decode_node(store.get(CONFIG_KEY))
     except NotFoundError:
+        if not create:
+            raise NotFoundError(
+                f"there is no merkle lake at {store.uri}: check the location, or create "
+                "the lake (connect with create=True, or `merkle db create`)"
+            ) from None
         node = {"type": CONFIG_TYPE, "v": NODE_VERSION, "hash": hash or "blake3"}
         if not store.put_if_absent(CONFIG_KEY, encode_node(node)):
             node = decode_node(store.get(CONFIG_KEY))  # another process created it first
@@ -66,9 +71,10 @@ class Connection:
         hash: str | None = None,
         cache_bytes: int = 256 << 20,
         workers: int = 4,
+        create: bool = True,
     ) -> None:
         self.store = store
-        config = _lake_config(store, hash)
+        config = _lake_config(store, hash, create)
         self.hash: str = config["hash"]
         self.blocks = BlockStore(store, hash=self.hash, cache_bytes=max(1 << 20, cache_bytes // 4))
         self.tables = TableStore(self.blocks, cache_bytes=cache_bytes, workers=workers)
@@ -289,6 +295,7 @@ def connect(
     hash: str | None = None,
     cache_bytes: int = 256 << 20,
     workers: int = 4,
+    create: bool = True,
     **options: Any,
 ) -> Connection:
     """Open the lake at ``uri`` (``file://``, a path, ``s3://bucket/prefix``, ``memory://``).
@@ -296,7 +303,14 @@ def connect(
     ``options`` go to the object store (for S3: ``endpoint_url``,
     ``region_name``, credentials). ``hash`` chooses BLAKE3 (default) or
     ``"sha2-256"`` for a new lake. ``cache_bytes`` bounds decoded caches.
+    With ``create=False`` a location that holds no lake is a NotFoundError
+    instead of becoming a new, empty lake.
     """
-    return Connection(
-        open_store(uri, **options), hash=hash, cache_bytes=cache_bytes, workers=workers
-    )
+    store = open_store(uri, **options)
+    try:
+        return Connection(
+            store, hash=hash, cache_bytes=cache_bytes, workers=workers, create=create
+        )
+    except BaseException:
+        store.close()
+        raise

@@ -8,6 +8,8 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from pathlib import Path
+
 import pytest
 from conftest import new_bucket
 
@@ -114,9 +116,16 @@ def test_db_create_list_describe_drop(run: Run, conn: merkle.Connection) -> None
     assert run.ok("db", "list", "--format", "csv").stdout.splitlines()[1].startswith("shop,0,")
 
 
-def test_db_list_of_an_empty_lake(run: Run) -> None:
+def test_db_list_of_an_empty_lake(run: Run, conn: merkle.Connection) -> None:
     assert run.ok("db", "list", "--format", "json").stdout == "[]\n"
     assert run.ok("db", "list", "--format", "csv").stdout == "name,version,time\n"
+
+
+def test_a_location_without_a_lake_is_an_error_not_a_new_lake(run: Run, lake_uri: str) -> None:
+    assert "no merkle lake" in run.fails("db", "list")
+    assert not Path(lake_uri.removeprefix("file://")).exists()
+    run.ok("db", "create", "shop")  # creating a database starts the lake
+    assert run.ok("db", "list", "--format", "json").stdout.strip() != "[]"
 
 
 @pytest.mark.parametrize("fmt", ["json", "jsonl", "csv"])

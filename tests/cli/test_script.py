@@ -53,7 +53,13 @@ def test_the_console_script_end_to_end(tmp_path: Path) -> None:
 
 def test_errors_from_the_console_script(tmp_path: Path) -> None:
     """User errors: status 1, one line on stderr, no traceback; usage errors: status 2."""
-    result = merkle("--lake", str(tmp_path / "lake"), "db", "describe", "nope", lake=None)
+    lake = str(tmp_path / "lake")
+    result = merkle("--lake", lake, "db", "describe", "nope", lake=None)
+    assert result.returncode == 1
+    assert_one_error_line(result.stderr)
+    assert "no merkle lake" in result.stderr
+    assert merkle("--lake", lake, "db", "create", "shop", lake=None).returncode == 0
+    result = merkle("--lake", lake, "db", "describe", "nope", lake=None)
     assert result.returncode == 1
     assert_one_error_line(result.stderr)
     assert "no database 'nope'" in result.stderr
