@@ -6,9 +6,8 @@ import csv
 import io
 import json
 from datetime import UTC, datetime, timedelta
-from typing import Any
-
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import new_bucket
