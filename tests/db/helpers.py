@@ -105,4 +105,4 @@ def same_columns(a: pa.Table, b: pa.Table) -> bool:
     """Whether two Arrow tables hold equal columns, whatever their column order."""
     if sorted(a.column_names) != sorted(b.column_names):
         return False
-    return a.select(b.column_names).equals(b)
+    return bool(a.select(b.column_names).equals(b))

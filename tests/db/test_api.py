@@ -415,7 +415,7 @@ def test_write_accepts_every_form(
     else:
         data = pa.RecordBatch.from_pylist(records)
     db = conn.create_db("shop").create_table("t", key="k", tablet_size_limit=8, patch_limit=4)
-    db = db.write("t", data)  # type: ignore[arg-type]
+    db = db.write("t", data)
     assert full_scan(db, "t") == records
     db.commit()
     assert full_scan(connect(lake).open_db("shop"), "t") == records
@@ -555,13 +555,13 @@ def test_small_limits_split_tablets_and_flush_pending(
     db = conn.create_db("shop").create_table(
         "t", key="k", tablet_size_limit=6, branching_factor=3, patch_limit=8
     )
-    model: dict[int, dict[str, object]] = {}
+    model: dict[int, dict[str, int]] = {}
     seen_pending = seen_flush = False
     for round_ in range(12):
         batch = [{"k": (round_ * 7 + j * 13) % 90, "r": round_} for j in range(5)]
         db = db.write("t", batch).delete("t", [round_ * 3])
         for r in batch:
-            model[int(r["k"])] = r  # type: ignore[call-overload]
+            model[r["k"]] = r
         model.pop(round_ * 3, None)
         db = db.commit()
         patch = db.describe_table("t")["patch"]["count"]

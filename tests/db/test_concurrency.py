@@ -330,11 +330,12 @@ def test_conflicts_with_another_process(shared_lake: Lake, connect: Connect, sce
     conn = connect(shared_lake)
     _setup(conn)
     mine = conn.open_db("shop").write("t", [{"k": 1, "by": "parent"}])
-    steps: list[tuple[Any, ...]] = {
+    all_steps: dict[str, list[tuple[Any, ...]]] = {
         "drop_table": [("drop_table", "t"), ("commit", "drop t")],
         "rebase_false": [("write", "u", [{"k": 5}]), ("commit", "unrelated")],
         "same_key": [("write", "t", [{"k": 1, "by": "child"}]), ("commit", "child")],
-    }[scenario]
+    }
+    steps = all_steps[scenario]
     assert run_one(run_steps, shared_lake.uri, shared_lake.options, "shop", steps) == [2]
     if scenario == "drop_table":
         with pytest.raises(ConflictError, match="'t'"):

@@ -103,7 +103,11 @@ CASES: dict[str, Case] = {
         NotFoundError,
         ["'shop'"],
     ),
-    "at not a datetime": (lambda c: c.open_db("shop", at="yesterday"), UsageError, ["at"]),
+    "at not a datetime": (
+        lambda c: c.open_db("shop", at="yesterday"),  # type: ignore[arg-type]
+        UsageError,
+        ["at"],
+    ),
     # Things that exist already.
     "create db that exists": (lambda c: c.create_db("shop"), UsageError, ["'shop'", "exists"]),
     "create db that exists, with metadata": (
