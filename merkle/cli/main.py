@@ -17,6 +17,7 @@ from merkle import __version__
 from merkle.cli.common import CliState, MerkleGroup, parse_store_option
 from merkle.cli.compact import compact
 from merkle.cli.db import db
+from merkle.cli.gc import gc, verify
 from merkle.cli.load import load
 from merkle.cli.read import get, scan
 from merkle.cli.table import table
@@ -56,7 +57,7 @@ def cli(ctx: click.Context, lake: str | None, options: dict[str, object]) -> Non
 
 #: Every subcommand of ``merkle``, in the order ``merkle --help`` lists them
 #: (click sorts them by name). Add ``gc`` and ``verify`` here.
-COMMANDS: list[click.Command] = [db, table, load, scan, get, compact]
+COMMANDS: list[click.Command] = [db, table, load, scan, get, compact, gc, verify]
 
 for _command in COMMANDS:
     cli.add_command(_command)

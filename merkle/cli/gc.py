@@ -1,0 +1,150 @@
+"""``merkle gc`` and ``merkle verify``: garbage collection and integrity checks.
+
+Both are thin layers over :func:`merkle.gc` and :func:`merkle.verify`. On a
+terminal they show a progress bar on stderr and print a readable summary;
+with ``--format json|jsonl|csv`` they print the report's numbers instead.
+``verify`` exits with status 1 when it finds a missing or corrupt block.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import ExitStack
+from typing import Any
+
+import click
+
+import merkle
+from merkle.cli.common import CliError, connection, say
+from merkle.cli.output import emit_record, format_option
+from merkle.gc import GCReport, VerifyReport
+
+__all__ = ["gc", "verify"]
+
+
+class _Progress:
+    """A click progress bar per phase, on stderr, only when stderr is a terminal."""
+
+    def __init__(self, stack: ExitStack) -> None:
+        self.stack = stack
+        self.enabled = sys.stderr.isatty()
+        self.phase: str | None = None
+        self.bar: Any = None
+        self.done = 0
+
+    def __call__(self, phase: str, done: int, total: int | None) -> None:
+        if not self.enabled or total is None:
+            return
+        if phase != self.phase:
+            self.phase, self.done = phase, 0
+            self.bar = self.stack.enter_context(
+                click.progressbar(length=total, label=f"{phase:>6}", file=sys.stderr)
+            )
+        self.bar.update(done - self.done)
+        self.done = done
+
+
+def _gc_record(report: GCReport) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "dry_run": report.dry_run,
+        "blocks_freed": report.blocks_freed,
+        "bytes_freed": report.bytes_freed,
+        "blocks_kept": report.blocks_kept,
+        "bytes_kept": report.bytes_kept,
+        "blocks_spared_recent": report.blocks_spared_recent,
+        "bytes_spared_recent": report.bytes_spared_recent,
+        "retention": report.retention,
+        "grace_seconds": report.grace_seconds,
+        "report": report.report_key,
+    }
+    for phase, seconds in report.phases.items():
+        record[f"seconds_{phase}"] = round(seconds, 6)
+    return record
+
+
+@click.command(short_help="Delete blocks no kept version needs.")
+@click.option("--dry-run", is_flag=True, help="Report what would be freed; delete nothing.")
+@click.option(
+    "--keep-versions",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Keep the newest N versions of each database (this run's default).",
+)
+@click.option(
+    "--keep-within",
+    default=None,
+    metavar="DURATION",
+    help="Keep versions committed within DURATION (e.g. 7d, 12h, 1h30m).",
+)
+@click.option(
+    "--grace",
+    default=None,
+    metavar="DURATION",
+    help="Spare unreachable blocks younger than DURATION (default: the lake's, 1h).",
+)
+@format_option
+def gc(
+    dry_run: bool,
+    keep_versions: int | None,
+    keep_within: str | None,
+    grace: str | None,
+    fmt: str | None,
+) -> None:
+    """Mark everything that kept versions and leases reach; delete the rest.
+
+    Retention options replace the lake's default for this run (per-database
+    overrides still apply); without them the lake's stored policy decides
+    (by default every version is kept). The report is also saved in the lake
+    under gc/reports/. See doc/operations.md.
+    """
+    conn = connection()
+    with ExitStack() as stack:
+        report = merkle.gc(
+            conn,
+            dry_run=dry_run,
+            keep_versions=keep_versions,
+            keep_within=keep_within,
+            grace=grace,
+            progress=_Progress(stack),
+        )
+    if (fmt is None and sys.stdout.isatty()) or fmt == "table":
+        say(report.summary())
+    else:
+        emit_record(_gc_record(report), fmt)
+
+
+def _verify_record(report: VerifyReport) -> dict[str, Any]:
+    return {
+        "ok": report.ok,
+        "versions_checked": report.versions_checked,
+        "blocks_checked": report.blocks_checked,
+        "bytes_checked": report.bytes_checked,
+        "missing": [cid for cid, _ in report.missing],
+        "corrupt": [cid for cid, _ in report.corrupt],
+        "unreachable_blocks": report.unreachable_blocks,
+        "unreachable_bytes": report.unreachable_bytes,
+    }
+
+
+@click.command(short_help="Re-hash every block kept versions reach.")
+@click.argument("db", required=False)
+@format_option
+def verify(db: str | None, fmt: str | None) -> None:
+    """Read and re-hash every block reachable from kept versions (of DB, or of all).
+
+    Exits with status 1 if a block is missing or corrupt, naming the damage.
+    """
+    conn = connection()
+    with ExitStack() as stack:
+        report = merkle.verify(conn, db, progress=_Progress(stack))
+    if (fmt is None and sys.stdout.isatty()) or fmt == "table":
+        say(report.summary())
+    else:
+        emit_record(_verify_record(report), fmt)
+    if not report.ok:
+        first = (report.missing or report.corrupt)[0]
+        raise CliError(
+            f"damage found: {len(report.missing)} missing and {len(report.corrupt)} corrupt "
+            f"blocks (first: {first[0]} from {first[1]}); restore them from a copy of the lake"
+        )
