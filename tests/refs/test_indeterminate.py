@@ -109,8 +109,11 @@ def test_s3_errors_without_sending_are_indeterminate_and_not_committed(
     from conftest import new_bucket
     from s3faults import inject_s3_faults
 
-    with open_store(
-        f"s3://{new_bucket(moto_endpoint)}/lake",
+    from merkle.storage.s3 import S3Store
+
+    with S3Store(
+        new_bucket(moto_endpoint),
+        "lake",
         endpoint_url=moto_endpoint,
         max_attempts=2,
         retry_base_delay=0,
@@ -142,8 +145,11 @@ def test_s3_timeouts_after_sending_are_settled_by_the_journal(moto_endpoint: str
     from conftest import new_bucket
     from s3faults import inject_s3_faults
 
-    with open_store(
-        f"s3://{new_bucket(moto_endpoint)}/lake",
+    from merkle.storage.s3 import S3Store
+
+    with S3Store(
+        new_bucket(moto_endpoint),
+        "lake",
         endpoint_url=moto_endpoint,
         max_attempts=2,
         retry_base_delay=0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from merkle.errors import UsageError
@@ -58,7 +60,7 @@ def test_every_entry_point_checks_names(name: str) -> None:
     store = open_store("memory://")
     refs = RefManager(store)
     refs.commit("ok", None, root(1))
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: refs.head(name),
         lambda: refs.commit(name, None, root(1)),
         lambda: refs.get(name, 0),
