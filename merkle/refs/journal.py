@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from merkle.blocks.cid import CID
-from merkle.errors import IntegrityError, NotFoundError, StorageError, UsageError
+from merkle.errors import ConflictError, IntegrityError, NotFoundError, StorageError, UsageError
 from merkle.refs.entry import (
     JournalEntry,
     TrimmedEntry,
@@ -528,8 +528,9 @@ class RefManager:
                 return self.commit(db, head.version, None, author=author, message=message)
             except JournalConflictError:
                 continue
-        raise JournalConflictError(
-            db, None, None, f"still moving after {_DROP_ATTEMPTS} drop attempts"
+        raise ConflictError(
+            f"could not drop database {db!r}: other writers committed before each of "
+            f"{_DROP_ATTEMPTS} attempts; retry when it is quieter"
         )
 
     def clone(
