@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from merkle.errors import CommitIndeterminateError, NotFoundError, StorageError
+from merkle.errors import CommitIndeterminateError, ConflictError, NotFoundError, StorageError
 from merkle.refs import JournalConflictError, JournalIndeterminateError, RefManager
 from merkle.refs.entry import entry_key, head_key
 from merkle.storage import open_store
@@ -249,3 +249,17 @@ def test_a_warm_manager_far_behind_jumps_to_the_hint(faulty: FaultyStore) -> Non
     before = reads(faulty)
     assert warm.head("shop") == entry
     assert reads(faulty) - before == 1, "now current: one probe"
+
+
+class AlwaysBeaten(FaultyStore):
+    """Every conditional put loses, as if another writer always committed first."""
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        return False
+
+
+def test_a_drop_that_always_loses_gives_up_clearly(faulty: FaultyStore) -> None:
+    setup_db(faulty)
+    with pytest.raises(ConflictError, match="could not drop database 'shop'"):
+        RefManager(AlwaysBeaten(faulty.inner)).drop("shop")
+    assert not RefManager(faulty.inner).head("shop").dropped  # type: ignore[union-attr]
