@@ -21,7 +21,7 @@ from merkle.db.database import Database, check_metadata
 from merkle.db.dbroot import DbRoot
 from merkle.db.readers import ReaderLeaseKeeper
 from merkle.db.writer import WriterSession
-from merkle.errors import IntegrityError, NotFoundError, UsageError
+from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError
 from merkle.refs import JournalConflictError, JournalEntry, Lease, LeaseManager, RefManager
 from merkle.storage.base import ObjectStore, open_store
 from merkle.tablets.store import TableStore
@@ -150,6 +150,24 @@ class Connection:
                 f"database {name!r} was dropped at version {entry.version}, so cannot {purpose}"
             )
         return self._database(entry)
+
+    def _head_for_replay(self, db: Database) -> Database:
+        """The head a transaction based on ``db`` may replay onto; ConflictError if none."""
+        head = self.refs.head(db.name)
+        if head is None or head.dropped:
+            raise ConflictError(
+                f"database {db.name!r} was dropped by a concurrent commit (version "
+                f"{head.version if head else '?'}) while this transaction ran on version "
+                f"{db.version}; its changes were not committed"
+            )
+        newer = self.refs.history(db.name, limit=max(0, head.version - db.version))
+        if any(entry.dropped for entry in newer):
+            raise ConflictError(
+                f"database {db.name!r} was dropped and created again by concurrent commits "
+                f"(now at version {head.version}) while this transaction ran on version "
+                f"{db.version}; its changes were not committed"
+            )
+        return self._database(head)
 
     def open_db(
         self,
@@ -308,9 +326,7 @@ def connect(
     """
     store = open_store(uri, **options)
     try:
-        return Connection(
-            store, hash=hash, cache_bytes=cache_bytes, workers=workers, create=create
-        )
+        return Connection(store, hash=hash, cache_bytes=cache_bytes, workers=workers, create=create)
     except BaseException:
         store.close()
         raise

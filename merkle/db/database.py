@@ -379,13 +379,16 @@ class Database:
         """Remove records by key; keys that do not exist are fine (a blind delete)."""
         state = self._state(table)
         keys = tuple(keys)
-        codec = state.table.codec
-        if not keys or codec is None:
+        if not keys:
             return self
+        # A table never written has no codec yet: the keys choose it, as a write would
+        # (the delete must still be recorded, to win over a concurrent write on replay).
+        current = state.table.with_codec_for(keys[0])
+        codec = current.spec.codec
         encoded = sorted({codec.encode(k) for k in keys})
         change = _Change(deletes=pa.array(encoded, type=empty_keys(codec).type))
-        new_state = _TableState(state.table, (*state.changes, change))
-        return self._with_table(table, new_state, Delete(table, state.table.root.uid, keys))
+        new_state = _TableState(current, (*state.changes, change))
+        return self._with_table(table, new_state, Delete(table, current.root.uid, keys))
 
     def _records(
         self, table: Table, rows: pa.Table, fields: Sequence[str] | None
@@ -594,8 +597,7 @@ class Database:
                     f"transaction ran ({conflict}); commit(rebase=False) does not replay: "
                     "open the database again and redo the changes"
                 ) from conflict
-            head = self._conn._head(db.name, purpose="replay this transaction")
-            db = db._replay(head)
+            db = db._replay(self._conn._head_for_replay(db))
             time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 50)))  # jittered backoff
         raise ConflictError(
             f"gave up committing to database {self.name!r} after {MAX_COMMIT_ATTEMPTS} "

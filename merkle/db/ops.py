@@ -168,7 +168,7 @@ class BuildTable(Op):
         # The tablets replace the table's data: replaying over a concurrent change to
         # the same table would silently lose that change.
         _same_table(db, self.table, self.uid)
-        if db._table_root(self.table) == self.based_on:
+        if (db._table_root(self.table) or "") == self.based_on:
             return db.build_table(self.table, self.tablet_ids)
         raise ConflictError(
             f"table {self.table!r} of database {db.name!r} changed while build_table "

@@ -171,12 +171,6 @@ def test_write_then_concurrent_delete_later_commit_wins(lake: Lake, connect: Con
 # -- replays that must work, and replays that must not happen --------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: BuildTable.based_on is '' for a table not in the base version, but on replay "
-    "Database._table_root returns None, so merkle/db/ops.py BuildTable.apply refuses the "
-    "replay; fix: compare (db._table_root(self.table) or '') == self.based_on",
-)
 def test_build_table_of_a_table_created_in_the_transaction_replays(
     lake: Lake, connect: Connect
 ) -> None:
@@ -193,13 +187,6 @@ def test_build_table_of_a_table_created_in_the_transaction_replays(
     assert committed.describe()["metadata"] == {"unrelated": True}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: Database.delete returns self (records no op) when the table's key codec is "
-    "not known yet (merkle/db/database.py, `if not keys or codec is None: return self`), so "
-    "a blind delete is lost instead of replayed over a concurrent write of that key; with a "
-    "declared codec the later delete wins. Fix: infer the codec from the first key, as write does",
-)
 def test_blind_delete_before_the_key_codec_is_known_still_wins(
     lake: Lake, connect: Connect
 ) -> None:
@@ -227,19 +214,12 @@ def test_commit_to_a_concurrently_dropped_database_fails(lake: Lake, connect: Co
     mine = db.create_table("x", key="k").write("t", [{"k": 100}])
     second.drop_db("shop")
     journal = _journal_of(second)
-    with pytest.raises(merkle.errors.MerkleError, match="'shop'"):
+    with pytest.raises(ConflictError, match="'shop' was dropped"):
         mine.commit()
     assert _journal_of(second) == journal
     assert connect(lake).list_dbs() == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a transaction on a database that was dropped and created again meanwhile "
-    "replays onto the new database (merkle/db/database.py Database.commit replays on whatever "
-    "head the name has now); tables refuse this (uid check), databases do not. Fix: refuse "
-    "replay (ConflictError) when the journal holds a drop entry after the transaction's version",
-)
 def test_commit_to_a_concurrently_recreated_database_is_a_conflict(
     lake: Lake, connect: Connect
 ) -> None:
