@@ -150,6 +150,7 @@ class Database:
         self._meta_changed = meta_changed
         self._ops = ops
         self._reader: ReaderLease | None = None
+        self._committed: Database | None = None  # what commit() made of this value
 
     def _evolve(self, **changes: Any) -> Database:
         state: dict[str, Any] = {
@@ -573,10 +574,13 @@ class Database:
         Compare-and-set on the journal. If another commit came first, the
         changes are replayed on the new head and committed again (``rebase``);
         with ``rebase=False`` any concurrent commit is a ``ConflictError``. A
-        value without changes is returned as it is.
+        value without changes is returned as it is; committing the same value
+        again returns the version its first commit made.
         """
         if not self._ops:
             return self
+        if self._committed is not None:
+            return self._committed  # committing the same value twice makes one version
         db = self
         for attempt in range(MAX_COMMIT_ATTEMPTS):
             root = db._save_root()
@@ -590,7 +594,8 @@ class Database:
                 except JournalConflictError as exc:
                     conflict: ConflictError = exc
                 else:
-                    return self._conn._database(entry)
+                    self._committed = self._conn._database(entry)
+                    return self._committed
             if not rebase:
                 raise ConflictError(
                     f"database {db.name!r} moved on from version {db.version} while this "

@@ -30,3 +30,12 @@ def test_session(lake: Lake) -> None:
         conn.open_db("dev")
     again = merkle.connect(lake.uri, **lake.options) if lake.kind != "memory" else conn
     assert [r["order_id"] for r in again.open_db("shop").scan("orders", limit=3)] == [0, 1, 2]
+
+
+def test_committing_a_value_twice_makes_one_version() -> None:
+    conn = merkle.connect("memory://")
+    db = conn.create_db("shop").create_table("t", key="k").write("t", [{"k": 1}])
+    first = db.commit()
+    again = db.commit()
+    assert again is first
+    assert [h.version for h in conn.history("shop")] == [1, 0]
