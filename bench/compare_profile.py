@@ -1,0 +1,225 @@
+"""Where merkle-db's time goes: a wall-clock sampling profiler across threads, and a byte census.
+
+The comparison benchmark (``bench/compare.py``) profiles merkle-db's side of
+every target it misses. ``cProfile`` sees only the calling thread, but
+merkle-db encodes, hashes and writes segments on a thread pool, so its
+profile of a bulk load is mostly "waiting for a future". :func:`sample`
+instead looks at every thread's Python stack every ``interval`` seconds
+(``sys._current_frames``) and counts, per sample of a thread that is doing
+work (not parked on a lock, a queue or a future):
+
+* the deepest merkle-db frame on the stack: the merkle function responsible,
+  including the native library calls it makes (Arrow, numpy, BLAKE3, I/O);
+* the innermost frame: the code actually running (self time);
+* every merkle-db frame on the stack, once (cumulative time).
+
+Native code that holds the GIL delays the sampler, so such calls are
+under-counted; the shares are a guide to what costs the time, not exact.
+
+:func:`lake_census` answers the same question for bytes: how much of a
+lake's directory is tablet segments, pending batches, index and root nodes,
+journal entries.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import CodeType, FrameType
+from typing import Any
+
+from bench.common import fmt_bytes, markdown_table
+
+__all__ = ["Census", "Profile", "lake_census", "sample"]
+
+_MERKLE_DIR = str(Path(__file__).resolve().parent.parent / "merkle") + os.sep
+
+#: (file name ending, function name) of frames where a thread is parked, not working.
+_IDLE = {
+    ("threading.py", "wait"),
+    ("threading.py", "_wait_for_tstate_lock"),
+    ("threading.py", "join"),
+    ("queue.py", "get"),
+    (os.path.join("concurrent", "futures", "thread.py"), "_worker"),
+    (os.path.join("concurrent", "futures", "_base.py"), "result"),
+    (os.path.join("concurrent", "futures", "_base.py"), "wait"),
+}
+
+
+def _where(code: CodeType) -> str:
+    """A short name for a code object, e.g. ``merkle/tablets/rows.py:sort_rows``."""
+    filename = code.co_filename
+    marker = f"{os.sep}site-packages{os.sep}"
+    if marker in filename:
+        filename = filename.split(marker, 1)[1]
+    elif filename.startswith(_MERKLE_DIR):
+        filename = "merkle/" + filename[len(_MERKLE_DIR) :]
+    else:
+        filename = os.path.basename(filename)
+    return f"{filename}:{code.co_qualname}"
+
+
+def _is_idle(code: CodeType) -> bool:
+    return any(code.co_filename.endswith(f) and code.co_name == n for f, n in _IDLE)
+
+
+def _stack(frame: FrameType | None) -> Iterator[CodeType]:
+    while frame is not None:
+        yield frame.f_code
+        frame = frame.f_back
+
+
+@dataclass
+class Profile:
+    """Samples of busy threads while a function ran (see the module doc)."""
+
+    wall: float = 0.0
+    runs: int = 0
+    busy: int = 0  # busy-thread samples
+    ticks: int = 0  # sampler wake-ups
+    owner: Counter[str] = field(default_factory=Counter)  # deepest merkle frame
+    leaf: Counter[str] = field(default_factory=Counter)  # innermost frame
+    cumulative: Counter[str] = field(default_factory=Counter)  # any merkle frame
+
+    def share(self, count: int) -> str:
+        return f"{100 * count / self.busy:.0f}%" if self.busy else "-"
+
+    def markdown(self, top: int = 8) -> str:
+        """Three small tables: by merkle function (self + calls out), cumulative, and leaf."""
+        if not self.busy:
+            return "_no busy samples: the operation is too short for the sampler_"
+        per_tick = self.busy / self.ticks if self.ticks else 0.0
+        head = (
+            f"{self.runs} run(s), {self.wall / max(1, self.runs) * 1e3:.3g} ms each; "
+            f"{self.busy:,} busy-thread samples ({per_tick:.2f} busy threads on average)."
+        )
+        owned = markdown_table(
+            ["deepest merkle-db function (its own code and the library calls it makes)", "share"],
+            [(f"`{name}`", self.share(n)) for name, n in self.owner.most_common(top)],
+        )
+        cumulative = markdown_table(
+            ["merkle-db function on the stack (cumulative)", "share"],
+            [(f"`{name}`", self.share(n)) for name, n in self.cumulative.most_common(top)],
+        )
+        leaves = markdown_table(
+            ["innermost frame (self)", "share"],
+            [(f"`{name}`", self.share(n)) for name, n in self.leaf.most_common(top)],
+        )
+        return f"{head}\n\n{owned}\n\n{cumulative}\n\n{leaves}"
+
+
+def sample(fn: Callable[[], Any], *, runs: int = 1, interval: float = 0.0005) -> Profile:
+    """Run ``fn`` ``runs`` times while sampling every other thread's stack.
+
+    The interpreter's switch interval is shortened while sampling so that the
+    sampler gets the GIL on time; it is restored afterwards.
+    """
+    profile = Profile(runs=runs)
+    stop = threading.Event()
+
+    def sampler() -> None:
+        own = threading.get_ident()
+        while not stop.is_set():
+            profile.ticks += 1
+            for ident, frame in sys._current_frames().items():
+                if ident == own:  # the caller's thread is sampled: it does work too
+                    continue
+                codes = list(_stack(frame))
+                if not codes or _is_idle(codes[0]):
+                    continue
+                profile.busy += 1
+                profile.leaf[_where(codes[0])] += 1
+                merkle = [c for c in codes if c.co_filename.startswith(_MERKLE_DIR)]
+                profile.owner[_where(merkle[0]) if merkle else "(no merkle-db frame)"] += 1
+                for name in {_where(c) for c in merkle}:
+                    profile.cumulative[name] += 1
+            time.sleep(interval)
+
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(interval)
+    thread = threading.Thread(target=sampler, name="bench-sampler", daemon=True)
+    thread.start()
+    try:
+        start = time.perf_counter()
+        for _ in range(runs):
+            fn()
+        profile.wall = time.perf_counter() - start
+    finally:
+        stop.set()
+        thread.join()
+        sys.setswitchinterval(previous)
+    return profile
+
+
+# -- bytes ------------------------------------------------------------------------
+
+
+@dataclass
+class Census:
+    """Bytes (apparent sizes) of a lake directory by what they hold."""
+
+    kinds: Counter[str] = field(default_factory=Counter)
+    files: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        return sum(self.kinds.values())
+
+    def minus(self, before: Census) -> Census:
+        """What was added since ``before`` (blocks are never rewritten in place)."""
+        return Census(self.kinds - before.kinds, self.files - before.files)
+
+    def markdown(self, title: str) -> str:
+        total = self.total or 1
+        rows = [
+            (kind, f"{self.files[kind]:,}", fmt_bytes(n), f"{100 * n / total:.1f}%")
+            for kind, n in self.kinds.most_common()
+        ]
+        return markdown_table([title, "files", "bytes", "share"], rows)
+
+
+def lake_census(root: Path) -> Census:
+    """Classify every file of the lake at ``root``.
+
+    Nodes (``dag-cbor`` blocks) are decoded for their ``type``; raw blocks
+    (Arrow IPC payloads) are named by the type of the node that links to
+    them (a tablet's segment, a batch's upserts). Everything outside
+    ``blocks/`` is counted by its top directory (journal, leases).
+    """
+    from merkle.blocks.cid import CID
+    from merkle.blocks.codec import decode_node, iter_links
+
+    census = Census()
+    parents: dict[str, str] = {}
+    raw: dict[str, int] = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath) / name
+            size = path.stat().st_size
+            rel = path.relative_to(root).parts
+            if rel[0] != "blocks" or name.startswith("."):
+                kind = "journal (refs/)" if rel[0] == "refs" else f"{rel[0]}/"
+                census.kinds[kind] += size
+                census.files[kind] += 1
+                continue
+            cid = CID.parse(name)
+            if cid.codec == 0x55:
+                raw[name] = size
+                continue
+            node = decode_node(path.read_bytes())
+            kind = node.get("type", "?") if isinstance(node, dict) else "?"
+            census.kinds[f"{kind} nodes"] += size
+            census.files[f"{kind} nodes"] += 1
+            for link in iter_links(node):
+                parents.setdefault(str(link), kind)
+    for name, size in raw.items():
+        kind = f"raw under {parents.get(name, 'no node')}"
+        census.kinds[kind] += size
+        census.files[kind] += 1
+    return census
