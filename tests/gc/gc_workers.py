@@ -1,8 +1,9 @@
 """Code run in child processes by the GC tests (importable under "spawn").
 
 Every worker reports through a queue: ``("error", who, traceback)`` for any
-exception, plus its own results. Workers coordinate through a shared
-:class:`Sync` (a condition and counters), never by sleeping.
+exception, its own results, and ``("end", who)`` as its last message.
+Workers coordinate through a shared :class:`Sync` (a condition and
+counters), never by sleeping.
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from merkle.errors import NotFoundError
 DB = "conc"
 TABLES = ("t0", "t1", "t2")
 KEYS = 60  # key space per table: writes hit existing and new keys, deletes hit both
-WAIT = 300.0  # safety net on every wait: a hang becomes a reported error, not a stuck test
+#: A safety net on every wait: a hang becomes a reported error, not a stuck test.
+WAIT = 300.0
+#: A writer stops after this many times its commit count even if readers still wait.
+MAX_COMMITS_FACTOR = 20
 
 #: Shapes that make commits flush pending batches and split and merge tablets often.
 LIMITS = {"tablet_size_limit": 8, "branching_factor": 4, "patch_limit": 6}
@@ -115,20 +119,19 @@ def _report_errors(results: Any, who: str) -> Callable[[BaseException], None]:
 def writer(
     uri: str, options: dict[str, Any], wid: int, commits: int, sync: Sync, results: Any
 ) -> None:
-    """Commit ``commits`` random updates and deletes over the tables; report each commit.
+    """Commit random updates and deletes over the tables; report each commit.
 
-    The last commit waits until every reader is done, so readers can always
-    count on more commits coming.
+    Commits at least ``commits`` times and goes on until every reader is
+    done (readers wait for commits), up to ``MAX_COMMITS_FACTOR`` times
+    ``commits`` (reaching that is an error: a reader is stuck).
     """
     report = _report_errors(results, f"writer {wid}")
     try:
         with merkle.connect(uri, **options) as conn:
             sync.barrier.wait(WAIT)
-            for i in range(commits):
-                if i == commits - 1:
-                    sync.wait_for(
-                        "the readers are done", lambda: sync.counters[READERS_DONE] == sync.readers
-                    )
+            for i in range(commits * MAX_COMMITS_FACTOR):
+                if i >= commits and sync.value(READERS_DONE) == sync.readers:
+                    break
                 rng = random.Random(f"writer {wid} commit {i}")
                 db = conn.open_db(DB)
                 ops: list[Op] = []
@@ -146,10 +149,13 @@ def writer(
                 committed = db.commit(message=f"writer {wid} commit {i}")
                 results.put(("commit", wid, committed.version, ops))
                 sync.add(COMMITS)
+            else:
+                raise AssertionError(f"readers still not done after {i + 1} commits")
     except BaseException as exc:
         report(exc)
     finally:
         sync.add(WRITERS_DONE)
+        results.put(("end", f"writer {wid}"))
 
 
 def reader(
@@ -160,8 +166,9 @@ def reader(
     Each read: open version ``head - k`` (k in 1..3) with ``lease=True``;
     scan every table and fetch every block from the store (no cache:
     ``cache_bytes=0`` and a direct block walk); wait for three more commits
-    (so the version falls outside ``keep_versions=2``) and then for a
-    collection that started after them (so it is trimmed); read it whole
+    (writers go on until the readers are done, so they come; the version
+    is then outside ``keep_versions=2``) and then for a collection that
+    started after them (so it is trimmed); read it whole
     again; check it was trimmed; release. Reports ``("read", rid, version,
     digest, trimmed)`` for each read and ``("reader", rid, reads, skipped)``.
     """
@@ -213,13 +220,15 @@ def reader(
                         trimmed = True
                 results.put(("read", rid, version, first, trimmed))
                 done += 1
-            if conn.leases.live("reader"):
-                raise AssertionError("a released reader lease is still live")
+            mine = [x for x in conn.leases.live("reader") if x.holder == conn.leases.holder]
+            if mine:
+                raise AssertionError(f"released reader leases are still live: {mine}")
     except BaseException as exc:
         report(exc)
     finally:
         results.put(("reader", rid, done, skipped))
         sync.add(READERS_DONE)
+        results.put(("end", f"reader {rid}"))
 
 
 def collector(uri: str, options: dict[str, Any], sync: Sync, results: Any) -> None:
@@ -266,6 +275,8 @@ def collector(uri: str, options: dict[str, Any], sync: Sync, results: Any) -> No
     except BaseException as exc:
         report(exc)
         sync.add(GC_RUNS, 1000)  # let waiting readers go (and fail on their own checks)
+    finally:
+        results.put(("end", "collector"))
 
 
 # -- workers of the crash tests ----------------------------------------------------
