@@ -29,7 +29,7 @@ WAIT = 300.0
 MAX_COMMITS_FACTOR = 20
 
 #: Shapes that make commits flush pending batches and split and merge tablets often.
-LIMITS = {"tablet_size_limit": 8, "branching_factor": 4, "patch_limit": 6}
+LIMITS: dict[str, Any] = {"tablet_size_limit": 8, "branching_factor": 4, "patch_limit": 6}
 
 State = dict[str, dict[int, dict[str, Any]]]  # table -> key -> record
 Op = tuple[str, str, list[Any]]  # (table, "write" | "delete", records | keys)

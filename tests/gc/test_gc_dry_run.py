@@ -34,6 +34,7 @@ def test_a_dry_run_deletes_nothing_and_names_what_a_real_run_then_deletes(lake: 
         dry = merkle.gc(conn, dry_run=True, keep_versions=2, grace="0s")
         after = objects(conn.store)
         # Nothing deleted, trimmed or rewritten: the only new object is the dry run's report.
+        assert dry.report_key is not None
         assert set(after) - set(before) == {dry.report_key}
         assert after == {**before, dry.report_key: after[dry.report_key]}
         assert dry.dry_run
@@ -85,6 +86,8 @@ def test_the_report_is_stored_under_gc_reports_and_loaded_back(lake: Lake) -> No
         dry = merkle.gc(conn, dry_run=True, keep_versions=1, grace="0s")
         real = merkle.gc(conn, keep_versions=1, grace="0s")
         keys = [info.key for info in conn.store.list(REPORT_PREFIX)]
+        assert dry.report_key is not None
+        assert real.report_key is not None
         assert keys == sorted([dry.report_key, real.report_key])
         assert all(key.startswith("gc/reports/") for key in keys)
         loaded = load_reports(conn.store)
