@@ -507,7 +507,7 @@ def step_load(data: pa.Table, scratch: Path, sizes: Sizes, report: Report) -> li
             side.root = scratch / f"profile-load-{next(counter)}"
             side.load(data)
 
-        profile = sample(load_again, runs=2)
+        profile = sample(load_again, runs=3)
         side.close()
         report.profiles.append(profile_section("1. bulk load", profile))
     return rounds
@@ -541,7 +541,7 @@ def step_scan(stores: dict[str, Side], n: int, sizes: Sizes, report: Report) -> 
     if not report.rows[-2].met:
         merkle_side = stores[MERKLE]
         report.profiles.append(
-            profile_section("2. full scan, fresh handle", sample(merkle_side.open_scan, runs=5))
+            profile_section("2. full scan, fresh handle", sample(merkle_side.open_scan, runs=20))
         )
 
 
@@ -594,7 +594,7 @@ def step_lookups(stores: dict[str, Side], n: int, sizes: Sizes, report: Report, 
         report.profiles.append(
             profile_section(
                 "3. single-key lookup",
-                sample(lambda: merkle_side.get([next(it)]), runs=len(keys)),
+                sample(lambda: merkle_side.get([next(it)]), runs=len(keys) * 5),
             )
         )
 
@@ -875,7 +875,7 @@ def step_updates(
     if not row.met:
         report.profiles.append(
             profile_section(
-                "7. open the first version and scan it", sample(merkle_side.travel_scan, runs=5)
+                "7. open the first version and scan it", sample(merkle_side.travel_scan, runs=20)
             )
         )
 
@@ -1027,9 +1027,11 @@ def run(quick: bool) -> str:
     if missed or report.profiles:
         parts.append("### Where merkle-db's time goes on the missed targets")
         parts.append(
-            "Sampled across threads every 0.5 ms while merkle-db repeats the operation "
-            "(`bench/compare_profile.py`: shares of busy-thread samples; native calls "
-            "are charged to the merkle-db function that made them)."
+            "Sampled across threads while merkle-db repeats the operation "
+            "(`bench/compare_profile.py`, with py-spy when it is installed: shares of "
+            "busy-thread samples; native calls are charged to the merkle-db function that "
+            "made them). After each profile: what the time goes to and what would close "
+            "the gap."
         )
         for profile in report.profiles:  # each begins "**<step number>. ..."
             parts.append(profile)

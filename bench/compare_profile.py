@@ -13,8 +13,12 @@ work (not parked on a lock, a queue or a future):
 * the innermost frame: the code actually running (self time);
 * every merkle-db frame on the stack, once (cumulative time).
 
-Native code that holds the GIL delays the sampler, so such calls are
-under-counted; the shares are a guide to what costs the time, not exact.
+An in-process sampler needs the GIL to look, so it mostly wakes when the
+running code releases it (Arrow and numpy calls, I/O): pure-Python work is
+under-counted. When ``py-spy`` is installed (on ``PATH``, or named by
+``$MERKLE_BENCH_PYSPY``), :func:`sample` runs it on this process instead
+(``py-spy record --pid``): it reads the stacks from outside, native calls and
+all, without that bias. The section says which one was used.
 
 :func:`lake_census` answers the same question for bytes: how much of a
 lake's directory is tablet segments, pending batches, index and root nodes,
@@ -24,7 +28,12 @@ journal entries.
 from __future__ import annotations
 
 import os
+import re
+import shutil
+import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -81,6 +90,7 @@ class Profile:
 
     wall: float = 0.0
     runs: int = 0
+    source: str = "in-process sampler"
     busy: int = 0  # busy-thread samples
     ticks: int = 0  # sampler wake-ups
     owner: Counter[str] = field(default_factory=Counter)  # deepest merkle frame
@@ -94,11 +104,13 @@ class Profile:
         """Three small tables: by merkle function (self + calls out), cumulative, and leaf."""
         if not self.busy:
             return "_no busy samples: the operation is too short for the sampler_"
-        per_tick = self.busy / self.ticks if self.ticks else 0.0
         head = (
             f"{self.runs} run(s), {self.wall / max(1, self.runs) * 1e3:.3g} ms each; "
-            f"{self.busy:,} busy-thread samples ({per_tick:.2f} busy threads on average)."
+            f"{self.busy:,} busy-thread samples by the {self.source}"
         )
+        if self.ticks:  # the in-process sampler knows how often it looked
+            head += f" ({self.busy / self.ticks:.2f} busy threads on average)"
+        head += "."
         owned = markdown_table(
             ["deepest merkle-db function (its own code and the library calls it makes)", "share"],
             [(f"`{name}`", self.share(n)) for name, n in self.owner.most_common(top)],
@@ -114,12 +126,109 @@ class Profile:
         return f"{head}\n\n{owned}\n\n{cumulative}\n\n{leaves}"
 
 
-def sample(fn: Callable[[], Any], *, runs: int = 1, interval: float = 0.0005) -> Profile:
-    """Run ``fn`` ``runs`` times while sampling every other thread's stack.
+def pyspy() -> str | None:
+    """The py-spy executable: ``$MERKLE_BENCH_PYSPY`` or ``py-spy`` on ``PATH`` (None: neither)."""
+    named = os.environ.get("MERKLE_BENCH_PYSPY")
+    if named:
+        return named if os.access(named, os.X_OK) else None
+    return shutil.which("py-spy")
 
-    The interpreter's switch interval is shortened while sampling so that the
-    sampler gets the GIL on time; it is restored afterwards.
+
+def sample(fn: Callable[[], Any], *, runs: int = 1, interval: float = 0.0005) -> Profile:
+    """Run ``fn`` ``runs`` times and sample where the threads spend the time.
+
+    With py-spy available (:func:`pyspy`) it samples this process from
+    outside; otherwise an in-process thread samples every other thread's
+    stack every ``interval`` seconds (see the module doc for its bias).
     """
+    exe = pyspy()
+    if exe is not None:
+        return _sample_pyspy(exe, fn, runs, interval)
+    return _sample_inprocess(fn, runs, interval)
+
+
+#: Innermost frames of a parked thread, as py-spy names them (its idle check misses some).
+_PYSPY_IDLE = (
+    "threading.py:Condition.wait",
+    "threading.py:Event.wait",
+    "threading.py:Thread._wait_for_tstate_lock",
+    "threading.py:Thread.join",
+    "queue.py:Queue.get",
+    "thread.py:_worker",
+    "_base.py:Future.result",
+    "_base.py:wait",
+    "compare_profile.py:_sample_pyspy",  # this function waiting for py-spy to attach
+)
+
+_PYSPY_FRAME = re.compile(r"(?P<func>.*) \((?P<file>[^()]*):(?P<line>\d+)\)$")
+
+
+def _pyspy_name(frame: str) -> tuple[str, bool]:
+    """A py-spy raw frame ``func (file:line)`` as (short name, is a merkle-db frame)."""
+    found = _PYSPY_FRAME.match(frame)
+    if found is None:
+        return frame, False
+    filename, func = found["file"], found["func"]
+    if filename.startswith(_MERKLE_DIR):
+        filename = "merkle/" + filename[len(_MERKLE_DIR) :]
+    marker = f"{os.sep}site-packages{os.sep}"
+    if marker in filename:
+        filename = filename.split(marker, 1)[1]
+    elif os.path.isabs(filename):
+        filename = os.path.basename(filename)
+    # py-spy already shortens paths on sys.path: "merkle/...", "pyarrow/..."
+    return f"{filename}:{func}", filename.startswith("merkle/")
+
+
+def _sample_pyspy(exe: str, fn: Callable[[], Any], runs: int, interval: float) -> Profile:
+    profile = Profile(runs=runs, source="py-spy")
+    rate = min(1000, max(1, round(1 / interval)))  # more would slow a 2-core machine
+    with tempfile.TemporaryDirectory(prefix="merkle-pyspy-") as scratch:
+        out = os.path.join(scratch, "stacks.txt")
+        spy = subprocess.Popen(
+            [
+                *(exe, "record", "--pid", str(os.getpid()), "--rate", str(rate)),
+                *("--format", "raw", "--output", out, "--threads", "--nonblocking"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1.0)  # attach before the work starts
+        try:
+            start = time.perf_counter()
+            for _ in range(runs):
+                fn()
+            profile.wall = time.perf_counter() - start
+        finally:
+            spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
+            spy.wait(timeout=60)
+        try:
+            with open(out, encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return _sample_inprocess(fn, runs, interval)
+    for line in lines:  # py-spy leaves idle threads out
+        stack, _, count_text = line.rpartition(" ")
+        if not count_text.isdigit():
+            continue
+        count = int(count_text)
+        frames = [f for f in stack.split(";") if not f.startswith(("process ", "thread "))]
+        named = [_pyspy_name(f) for f in reversed(frames)]  # innermost first
+        if not named or named[0][0].endswith(_PYSPY_IDLE):
+            continue
+        profile.busy += count
+        profile.leaf[named[0][0]] += count
+        merkle = [name for name, is_merkle in named if is_merkle]
+        profile.owner[merkle[0] if merkle else "(no merkle-db frame)"] += count
+        for name in set(merkle):
+            profile.cumulative[name] += count
+    profile.ticks = 0  # py-spy's own rate varies with load: no per-look average
+    return profile
+
+
+def _sample_inprocess(fn: Callable[[], Any], runs: int, interval: float) -> Profile:
+    """The in-process sampler. The interpreter's switch interval is shortened while
+    sampling so that the sampler gets the GIL on time; it is restored afterwards."""
     profile = Profile(runs=runs)
     stop = threading.Event()
 
