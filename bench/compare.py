@@ -21,7 +21,8 @@ Each peer is used the way its documentation shows for the operation
 ``DeltaTable(path, version=...)``; ``lance.write_dataset``, ``merge_insert``,
 ``create_scalar_index(..., index_type="BTREE")``, ``lance.dataset(path,
 version=...)``, ``shallow_clone``). Competitors take turns operation by
-operation (interleaved), so they share the machine's background load.
+operation (interleaved), so they share the machine's background load, and
+the disk is synced (untimed) before each timed operation.
 
 Every target is the ratio of merkle-db's time (or bytes) to the better of the
 two peers in this run; the section marks each met or missed and, for every
@@ -59,7 +60,6 @@ from bench.common import (
     machine_info,
     markdown_table,
     temp_dir,
-    time_interleaved,
 )
 from bench.compare_profile import Profile, lake_census, sample
 
@@ -104,7 +104,7 @@ FULL = Sizes(
     rows=1_000_000,
     big_rows=10_000_000,
     load_rounds=3,
-    scans=5,
+    scans=11,
     lookups=1_000,
     warmup=10,
     many_keys=1_000,
@@ -116,7 +116,7 @@ FULL = Sizes(
     updates=100,
     update_fraction=0.01,
     after_lookups=200,
-    travels=5,
+    travels=11,
     clones=5,
 )
 QUICK = Sizes(
@@ -376,6 +376,15 @@ def each(stores: Mapping[str, Side], op: Callable[[Side, T], Any]) -> dict[str, 
     return {label: functools.partial(op, side) for label, side in stores.items()}
 
 
+def measure(fns: Mapping[str, Callable[[T], Any]], items: Sequence[T]) -> dict[str, Timing]:
+    """Every competitor on every item, taking turns, the disk settled before each call."""
+    return {label: Timing(tuple(taken)) for label, taken in time_rotating(fns, items).items()}
+
+
+def clone_one(side: Side, i: int) -> None:
+    side.clone(i)
+
+
 def get_one(side: Side, key: int) -> Any:
     return side.get([key])
 
@@ -390,12 +399,16 @@ def time_rotating(
     every: Mapping[str, int] | None = None,
     *,
     start: int = 0,
+    settle: Callable[[], Any] | None = os.sync,
 ) -> dict[str, list[float]]:
     """:func:`bench.common.time_interleaved` where ``every[label] = k`` runs a competitor on
     every k-th item only (one far slower, or far bigger on disk, per operation).
 
     ``start`` numbers the first item (for a run split into parts); the samples
-    come back in item order, as lists so that parts can be joined.
+    come back in item order, as lists so that parts can be joined. ``settle``
+    runs untimed before every timed call: by default ``os.sync``, so that no
+    store pays, in its own fsyncs, for the writes another store left dirty in
+    the page cache (the peers do not fsync; merkle-db does).
     """
     every = every or {}
     labels = list(fns)
@@ -406,6 +419,8 @@ def time_rotating(
             label = labels[(index + turn) % len(labels)]
             if index % every.get(label, 1):
                 continue
+            if settle is not None:
+                settle()
             began = clock()
             fns[label](item)
             samples[label].append(clock() - began)
@@ -488,7 +503,7 @@ def step_load(data: pa.Table, scratch: Path, sizes: Sizes, report: Report) -> li
         label: functools.partial(lambda label, i: rounds[i][label].load(data), label)
         for label in (MERKLE, DELTA, LANCE)
     }
-    timings = time_interleaved(fns, range(sizes.load_rounds))
+    timings = measure(fns, range(sizes.load_rounds))
     on_disk = {label: dir_bytes(rounds[0][label].root)[0] for label in fns}
     report.rows.append(
         Row(
@@ -517,11 +532,11 @@ def step_scan(stores: dict[str, Side], n: int, sizes: Sizes, report: Report) -> 
     """Full scan to Arrow from a fresh handle (files in the page cache), then from an open one."""
     for side in stores.values():
         assert side.open_scan().num_rows == n
-    fresh = time_interleaved(each(stores, lambda s, _i: s.open_scan()), range(sizes.scans))
+    fresh = measure(each(stores, lambda s, _i: s.open_scan()), range(sizes.scans))
     for side in stores.values():
         side.reopen()
         side.scan()
-    warm = time_interleaved(each(stores, lambda s, _i: s.scan()), range(sizes.scans))
+    warm = measure(each(stores, lambda s, _i: s.scan()), range(sizes.scans))
     report.rows.append(
         Row(
             "2. full scan to Arrow, fresh handle (median)",
@@ -549,7 +564,7 @@ def step_lookups(stores: dict[str, Side], n: int, sizes: Sizes, report: Report, 
     """Single-key lookups (fresh handles, a few unmeasured first) and one multi-key lookup."""
     lance_side = stores[LANCE]
     assert isinstance(lance_side, LanceSide)
-    index = time_interleaved({LANCE: lambda _i: lance_side.index()}, [0])[LANCE]
+    index = measure({LANCE: lambda _i: lance_side.index()}, [0])[LANCE]
     report.notes.append(
         f"Lance's BTREE index on `{KEY}` took {fmt_duration(index.total)} to build after the "
         "load (not counted in the load); merkle-db and Delta need no index step."
@@ -564,7 +579,7 @@ def step_lookups(stores: dict[str, Side], n: int, sizes: Sizes, report: Report, 
     for label, fn in fns.items():
         found = fn(keys[0])
         assert len(found) == 1, f"{label} did not find key {keys[0]}"
-    one = time_interleaved(fns, keys)
+    one = measure(fns, keys)
     row = Row(
         f"3. single-key lookup, p50 of {sizes.lookups:,}",
         {label: t.p50 for label, t in one.items()},
@@ -605,7 +620,7 @@ def step_lookups(stores: dict[str, Side], n: int, sizes: Sizes, report: Report, 
     many_fns = each(stores, get_many)
     for label, many_fn in many_fns.items():
         assert len(many_fn(batches[0])) == sizes.many_keys, f"{label} lost keys"
-    many = time_interleaved(many_fns, batches)
+    many = measure(many_fns, batches)
     row = Row(
         f"4. one lookup of {sizes.many_keys:,} keys (median of {sizes.many_rounds})",
         {label: t.median for label, t in many.items()},
@@ -767,7 +782,7 @@ def step_commits(
         side.reopen()
         for k in keys[: sizes.warmup]:
             side.get([k])
-    after_lookups = time_interleaved(each(stores, get_one), keys)
+    after_lookups = measure(each(stores, get_one), keys)
     report.extra.append(
         Row(
             f"5. then single-key lookup, p50 of {sizes.after_lookups}",
@@ -814,7 +829,7 @@ def step_updates(
     for side in competitors.values():
         side.reopen()
     loaded = {label: dir_bytes(side.root)[0] for label, side in competitors.items()}
-    timings = time_interleaved(each(competitors, lambda s, rows: s.upsert(rows)), batches)
+    timings = measure(each(competitors, lambda s, rows: s.upsert(rows)), batches)
     final = {label: dir_bytes(side.root) for label, side in competitors.items()}
     row = Row(
         f"6. bytes on disk after {sizes.updates} commits updating {sizes.update_fraction:.0%} each",
@@ -861,7 +876,7 @@ def step_updates(
         total = pc.sum(old.column("price")).as_py()
         expected = pc.sum(data.column("price")).as_py()
         assert abs(total - expected) < 1e-6 * abs(expected), f"{label}: wrong first version"
-    travel = time_interleaved(
+    travel = measure(
         each(stores, lambda s, _i: s.travel_scan()),
         range(sizes.travels),
     )
@@ -886,15 +901,15 @@ def step_clone(
     """Clone at two sizes: the loaded tables, then tables of ``big_rows`` loaded here."""
     for side in small.values():
         side.reopen()
-    at_small = time_interleaved(each(small, lambda s, i: s.clone(i)), range(sizes.clones))
+    at_small = measure(each(small, clone_one), range(sizes.clones))
     big = sides(scratch / "big")
     big_data = [make_table(sizes.big_rows, seed)]
-    big_load = time_interleaved(each(big, lambda s, i: s.load(big_data[i])), [0])
+    big_load = measure(each(big, lambda s, i: s.load(big_data[i])), [0])
     big_data.clear()  # 10 million rows: free them before cloning
     gc.collect()
     for side in big.values():
         side.reopen()
-    at_big = time_interleaved(each(big, lambda s, i: s.clone(i)), range(sizes.clones))
+    at_big = measure(each(big, clone_one), range(sizes.clones))
     report.extra.append(
         Row(
             f"bulk load, {sizes.big_rows:,} rows (one each)",
@@ -950,6 +965,9 @@ All three stores live under one temporary directory on the local disk
 shuffled; `name` short string; `price` float64; `status` one of 5 strings;
 `ts` timestamp[us, UTC]) is loaded into each, and competitors take turns
 operation by operation so that they share the machine's background load.
+Before every timed operation the dirty pages of the page cache are written
+out (`os.sync`, untimed), so that merkle-db's fsyncs never wait for writes a
+peer left unsynced.
 Caches: the OS page cache is warm everywhere (the data was just written; 24 GiB
 of RAM, nothing is dropped). A *fresh handle* is a new `merkle.connect` +
 `open_db`, a new `DeltaTable`, a new `lance.dataset`: no in-process cache. The
