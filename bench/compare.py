@@ -26,8 +26,9 @@ the disk is synced (untimed) before each timed operation.
 
 Every target is the ratio of merkle-db's time (or bytes) to the better of the
 two peers in this run; the section marks each met or missed and, for every
-missed one, profiles merkle-db's side (``bench/compare_profile.py``) and says
-what costs the time.
+missed one, profiles merkle-db's side (``bench/compare_profile.py``: the
+wall-clock time inside the functions that make up the operation, then a
+sampled profile, py-spy when installed) and says what costs the time.
 
 Run: ``python -m bench compare [--quick]`` (``--quick``: 100,000 rows, fewer
 commits, clone at 100,000 and 1,000,000 rows).
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import itertools
 import os
 import shutil
 import sys
@@ -61,7 +63,7 @@ from bench.common import (
     markdown_table,
     temp_dir,
 )
-from bench.compare_profile import Profile, lake_census, sample
+from bench.compare_profile import Spot, lake_census, phases, sample
 
 __all__ = ["run"]
 
@@ -516,15 +518,14 @@ def step_load(data: pa.Table, scratch: Path, sizes: Sizes, report: Report) -> li
     report.extra.append(Row("size on disk after the load", dict(on_disk), "B", None))
     if not report.rows[-1].met:
         side = MerkleSide(scratch / "profile-load")
-        counter = iter(range(100))
+        counter = itertools.count()
 
         def load_again() -> None:
             side.root = scratch / f"profile-load-{next(counter)}"
             side.load(data)
 
-        profile = sample(load_again, runs=3)
+        report.profiles.append(profile_section("1. bulk load", load_again, 3, LOAD_SPOTS))
         side.close()
-        report.profiles.append(profile_section("1. bulk load", profile))
     return rounds
 
 
@@ -556,7 +557,7 @@ def step_scan(stores: dict[str, Side], n: int, sizes: Sizes, report: Report) -> 
     if not report.rows[-2].met:
         merkle_side = stores[MERKLE]
         report.profiles.append(
-            profile_section("2. full scan, fresh handle", sample(merkle_side.open_scan, runs=20))
+            profile_section("2. full scan, fresh handle", merkle_side.open_scan, 20, READ_SPOTS)
         )
 
 
@@ -605,11 +606,13 @@ def step_lookups(stores: dict[str, Side], n: int, sizes: Sizes, report: Report, 
     )
     if not row.met:
         merkle_side = stores[MERKLE]
-        it = iter(keys * 5)
+        it = itertools.cycle(keys)
         report.profiles.append(
             profile_section(
                 "3. single-key lookup",
-                sample(lambda: merkle_side.get([next(it)]), runs=len(keys) * 5),
+                lambda: merkle_side.get([next(it)]),
+                len(keys) * 5,
+                LOOKUP_SPOTS,
             )
         )
 
@@ -630,11 +633,13 @@ def step_lookups(stores: dict[str, Side], n: int, sizes: Sizes, report: Report, 
     report.rows.append(row)
     if not row.met:
         merkle_side = stores[MERKLE]
-        it2 = iter(batches * 4)
+        it2 = itertools.cycle(batches)
         report.profiles.append(
             profile_section(
                 f"4. lookup of {sizes.many_keys:,} keys",
-                sample(lambda: merkle_side.get(next(it2)), runs=len(batches) * 4),
+                lambda: merkle_side.get(next(it2)),
+                len(batches) * 4,
+                LOOKUP_SPOTS,
             )
         )
 
@@ -793,14 +798,14 @@ def step_commits(
     )
     twin.close()
     if not row.met:
-        profile_batches = iter(batches[:200])
+        profile_batches = itertools.cycle(batches[:200])
         merkle_side.reopen()
         report.profiles.append(
             profile_section(
                 f"5. commit of {sizes.commit_rows} rows",
-                sample(
-                    lambda: merkle_side.upsert(next(profile_batches)), runs=min(200, len(batches))
-                ),
+                lambda: merkle_side.upsert(next(profile_batches)),
+                min(200, len(batches)),
+                COMMIT_SPOTS,
             )
         )
 
@@ -890,7 +895,7 @@ def step_updates(
     if not row.met:
         report.profiles.append(
             profile_section(
-                "7. open the first version and scan it", sample(merkle_side.travel_scan, runs=20)
+                "7. open the first version and scan it", merkle_side.travel_scan, 20, READ_SPOTS
             )
         )
 
@@ -941,19 +946,61 @@ def step_clone(
     )
     if not met:
         merkle_side = big[MERKLE]
-        counter = iter(range(100, 200))
+        counter = itertools.count(100)
         report.profiles.append(
             profile_section(
                 f"8. clone at {sizes.big_rows:,} rows",
-                sample(lambda: merkle_side.clone(next(counter)), runs=5),
+                lambda: merkle_side.clone(next(counter)),
+                5,
             )
         )
     for side in big.values():
         side.close()
 
 
-def profile_section(title: str, profile: Profile) -> str:
-    return f"**{title}**, merkle-db's side sampled: {profile.markdown()}"
+def profile_section(
+    title: str, fn: Callable[[], Any], runs: int, spots: list[Spot] | None = None
+) -> str:
+    """Wall-clock phases of ``fn`` (exact, I/O included), then a sampled profile."""
+    parts = [f"**{title}**, merkle-db's side."]
+    if spots:
+        parts.append("Where the wall-clock time goes (each function timed on every call):")
+        parts.append(phases(fn, spots, runs=runs).markdown())
+    parts.append("Sampled: " + sample(fn, runs=runs).markdown())
+    return "\n\n".join(parts)
+
+
+#: The functions timed for each missed target's phase table (``module:qualname``).
+LOAD_SPOTS = [
+    Spot("sort the rows by key", "merkle.db.database:sort_rows"),
+    Spot("cut, encode, hash and stage the tablets", "merkle.tablets.store:TableStore.put_segments"),
+    Spot("encode one segment", "merkle.tablets.store:encode_segment", threads=True),
+    Spot("write the blocks durably", "merkle.db.staging:StagedBlocks.flush_reachable"),
+    Spot("journal entry (compare-and-set)", "merkle.refs.journal:RefManager.commit"),
+]
+READ_SPOTS = [
+    Spot("connect", "merkle.db.connection:Connection.__init__"),
+    Spot("open the version", "merkle.db.connection:Connection.open_db"),
+    Spot("read the table (`to_arrow`)", "merkle.db.database:Database.to_arrow"),
+    Spot("read and verify blocks", "merkle.blocks.store:BlockStore.get_many", nested=True),
+    Spot("decode segments", "merkle.tablets.store:decode_segment", threads=True),
+    Spot("close the connection", "merkle.db.connection:Connection.close"),
+]
+LOOKUP_SPOTS = [
+    Spot("find the rows (`Table.get`)", "merkle.tablets.table:Table.get"),
+    Spot("read the tablet's rows", "merkle.tablets.tree:Tree.read_rows", nested=True),
+    Spot("concatenate the pieces", "merkle.tablets.table:concat_segments", nested=True),
+    Spot("turn the rows into dicts", "merkle.db.database:Database._records"),
+]
+COMMIT_SPOTS = [
+    Spot("buffer the rows (`Database.write`)", "merkle.db.database:Database.write"),
+    Spot("fold them into the table", "merkle.tablets.table:Table.apply_changes"),
+    Spot("rebuild the pending overlay", "merkle.tablets.batch:Overlay.load", nested=True),
+    Spot("merge batch tiers", "merkle.tablets.table:merge_tier", nested=True),
+    Spot("encode the new batch", "merkle.tablets.table:write_batch", nested=True),
+    Spot("write the blocks durably", "merkle.db.staging:StagedBlocks.flush_reachable"),
+    Spot("journal entry (compare-and-set)", "merkle.refs.journal:RefManager.commit"),
+]
 
 
 # -- the section ----------------------------------------------------------------------
@@ -1045,10 +1092,12 @@ def run(quick: bool) -> str:
     if missed or report.profiles:
         parts.append("### Where merkle-db's time goes on the missed targets")
         parts.append(
-            "Sampled across threads while merkle-db repeats the operation "
-            "(`bench/compare_profile.py`, with py-spy when it is installed: shares of "
-            "busy-thread samples; native calls are charged to the merkle-db function that "
-            "made them). After each profile: what the time goes to and what would close "
+            "merkle-db repeats the operation twice more (`bench/compare_profile.py`): "
+            "once with the functions that make it up timed on every call (wall clock, "
+            "I/O waits included), once sampled across threads (py-spy when it is "
+            "installed: shares of busy-thread samples, native calls charged to the "
+            "merkle-db function that made them; a thread waiting on I/O is idle and not "
+            "counted). After each profile: what the time goes to and what would close "
             "the gap."
         )
         for profile in report.profiles:  # each begins "**<step number>. ..."

@@ -27,6 +27,8 @@ journal entries.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
 import re
 import shutil
@@ -45,7 +47,7 @@ from typing import Any
 
 from bench.common import fmt_bytes, markdown_table
 
-__all__ = ["Census", "Profile", "lake_census", "sample"]
+__all__ = ["Census", "Phases", "Profile", "Spot", "lake_census", "phases", "sample"]
 
 _MERKLE_DIR = str(Path(__file__).resolve().parent.parent / "merkle") + os.sep
 
@@ -264,6 +266,135 @@ def _sample_inprocess(fn: Callable[[], Any], runs: int, interval: float) -> Prof
         thread.join()
         sys.setswitchinterval(previous)
     return profile
+
+
+# -- wall-clock phases ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spot:
+    """A function to time while a phase profile runs: ``where`` is ``module:qualname``.
+
+    ``nested`` spots run inside another spot (they are shown indented and not
+    subtracted from the rest); ``threads`` spots run on worker threads (their
+    time is summed over the threads and may exceed the wall time).
+    """
+
+    label: str
+    where: str
+    nested: bool = False
+    threads: bool = False
+
+
+@dataclass
+class Phases:
+    """Time spent inside each spot while a function ran ``runs`` times."""
+
+    wall: float
+    runs: int
+    spots: list[Spot]
+    spent: dict[str, float]
+    calls: dict[str, int]
+    missing: list[str]
+
+    def markdown(self) -> str:
+        per_run = self.wall / max(1, self.runs)
+        rows = []
+        outer = 0.0
+        for spot in self.spots:
+            if spot.where in self.missing:
+                continue
+            seconds = self.spent[spot.label] / max(1, self.runs)
+            if not spot.nested and not spot.threads:
+                outer += seconds
+            label = ("... of which " if spot.nested else "") + spot.label
+            if spot.threads:
+                label += " (summed over worker threads)"
+            rows.append(
+                (
+                    label,
+                    f"`{spot.where}`",
+                    f"{self.calls[spot.label] / max(1, self.runs):.3g}",
+                    fmt_ms(seconds),
+                    f"{100 * seconds / per_run:.0f}%",
+                )
+            )
+        rest = max(0.0, per_run - outer)
+        rows.append(("everything else", "", "", fmt_ms(rest), f"{100 * rest / per_run:.0f}%"))
+        table = markdown_table(["phase", "function", "calls/run", "time/run", "of wall"], rows)
+        note = f"Wall-clock time per run: {fmt_ms(per_run)} ({self.runs} runs)."
+        if self.missing:
+            note += " Not found (renamed?): " + ", ".join(f"`{m}`" for m in self.missing) + "."
+        return f"{note}\n\n{table}"
+
+
+def fmt_ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def _resolve(where: str) -> tuple[Any, str, Any] | None:
+    module_name, _, qualname = where.partition(":")
+    try:
+        owner: Any = importlib.import_module(module_name)
+        *path, attr = qualname.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+    except (ImportError, AttributeError, KeyError):
+        return None
+    return owner, attr, original
+
+
+def phases(fn: Callable[[], Any], spots: list[Spot], *, runs: int = 1) -> Phases:
+    """Run ``fn`` ``runs`` times with every spot wrapped in a timer; restore them after.
+
+    Wall-clock time, no sampling: the shares are exact for the calling thread,
+    I/O waits included (which a sampling profiler leaves out as idle).
+    """
+    spent = dict.fromkeys((s.label for s in spots), 0.0)
+    calls = dict.fromkeys((s.label for s in spots), 0)
+    lock = threading.Lock()
+    patched: list[tuple[Any, str, Any]] = []
+    missing: list[str] = []
+
+    def timer(label: str, original: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(original)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                took = time.perf_counter() - began
+                with lock:
+                    spent[label] += took
+                    calls[label] += 1
+
+        return timed
+
+    for spot in spots:
+        found = _resolve(spot.where)
+        if found is None:
+            missing.append(spot.where)
+            continue
+        owner, attr, original = found
+        if isinstance(original, classmethod | staticmethod):
+            replacement: Any = type(original)(timer(spot.label, original.__func__))
+        elif callable(original):
+            replacement = timer(spot.label, original)
+        else:
+            missing.append(spot.where)
+            continue
+        setattr(owner, attr, replacement)
+        patched.append((owner, attr, original))
+    try:
+        start = time.perf_counter()
+        for _ in range(runs):
+            fn()
+        wall = time.perf_counter() - start
+    finally:
+        for owner, attr, original in reversed(patched):
+            setattr(owner, attr, original)
+    return Phases(wall, runs, spots, spent, calls, missing)
 
 
 # -- bytes ------------------------------------------------------------------------
