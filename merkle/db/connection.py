@@ -14,8 +14,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from merkle.blocks.cid import CID
-from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
+from merkle.blocks.cid import CID, DAG_CBOR
+from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node, iter_links
 from merkle.blocks.store import BlockStore
 from merkle.db.database import Database, check_metadata
 from merkle.db.dbroot import DbRoot
@@ -265,37 +265,65 @@ class Connection:
     def _clone(
         self, name: str, root: Database | str, message: str | None, author: str | None
     ) -> Database:
+        """Commit entry 0 of ``name`` at ``root``'s blocks, safe against a concurrent GC.
+
+        The writer lease makes a collection either wait for this clone (and then
+        mark from it) or finish first; so the source is checked only once the
+        lease is held: its journal entry must still exist (a trimmed version may
+        have lost blocks), and a bare root CID must still reach every block.
+        """
         if isinstance(root, Database):
             if root._conn is not self and root._conn.uri != self.uri:
                 raise UsageError("a clone must be made from a database of the same lake")
+        elif not isinstance(root, str):
+            raise UsageError(
+                f"root must be a Database or a root CID string, got {type(root).__name__}"
+            )
+        with self.writer_lease(name):
             try:
-                entry = self.refs.clone(
-                    root.name, name, root.version, message=message, author=author
-                )
+                if isinstance(root, Database):
+                    self.refs.get(root.name, root.version)
+                    entry = self.refs.clone(
+                        root.name, name, root.version, message=message, author=author
+                    )
+                else:
+                    cid = CID.parse(root)
+                    DbRoot.from_node(self.blocks.get_node(cid), cid)  # a database root
+                    self._check_whole(cid)
+                    entry = self.refs.commit(
+                        name,
+                        None,
+                        str(cid),
+                        meta={"cloned_root": str(cid)},
+                        message=message,
+                        author=author,
+                    )
             except JournalConflictError:
                 raise UsageError(
                     f"database {name!r} was created by another writer just now"
                 ) from None
-            return self._database(entry)
-        if not isinstance(root, str):
-            raise UsageError(
-                f"root must be a Database or a root CID string, got {type(root).__name__}"
-            )
-        cid = CID.parse(root)
-        node = self.blocks.get_node(cid)
-        DbRoot.from_node(node, cid)  # it must be a database root
-        try:
-            entry = self.refs.commit(
-                name,
-                None,
-                str(cid),
-                meta={"cloned_root": str(cid)},
-                message=message,
-                author=author,
-            )
-        except JournalConflictError:
-            raise UsageError(f"database {name!r} was created by another writer just now") from None
         return self._database(entry)
+
+    def _check_whole(self, root: CID) -> None:
+        """NotFoundError unless every block ``root`` reaches is stored."""
+        seen = {root}
+        frontier = [root]
+        while frontier:
+            nodes = [cid for cid in frontier if cid.codec == DAG_CBOR]
+            leaves = [cid for cid in frontier if cid.codec != DAG_CBOR]
+            frontier = []
+            present = self.store.map_bulk(self.blocks.has, leaves)
+            for cid, ok in zip(leaves, present, strict=True):
+                if not ok:
+                    raise NotFoundError(
+                        f"cannot clone root {root}: block {cid} it reaches is missing "
+                        "(garbage-collected?)"
+                    )
+            for data in self.blocks.get_many(nodes).values():
+                for link in iter_links(decode_node(data)):
+                    if link not in seen:
+                        seen.add(link)
+                        frontier.append(link)
 
     def drop_db(
         self, name: str, *, message: str | None = None, author: str | None = None

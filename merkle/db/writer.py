@@ -96,6 +96,17 @@ class WriterSession:
                     if not self._usable(lease):
                         self._lease = self.leases.renew(lease, self.ttl)
 
+    def release_idle(self) -> None:
+        """Give the lease up now if no commit is using it (before a collection on this
+        connection, which would otherwise count this idle lease as a running writer)."""
+        with self._lock:
+            lease = self._lease
+            if lease is None or self._active:
+                return
+            self._lease = None
+        with contextlib.suppress(Exception):
+            self.leases.release(lease)
+
     def close(self) -> None:
         """Give the lease up and stop the background thread."""
         with self._lock:

@@ -48,7 +48,8 @@ Progress = Callable[[str, int, int | None], None]
 REFS_PREFIX = "refs/"
 _DELETE_BATCH = 1000
 LOCK_TTL = 300.0
-WRITER_WAIT = 60.0
+#: Long enough for a crashed writer's lease (120 s) plus the skew margin to run out.
+WRITER_WAIT = 180.0
 
 
 def journal_names(conn: Connection) -> list[str]:
@@ -197,6 +198,7 @@ def gc(
         policy = policy.with_default(Retention(keep_versions, within))
     if grace is not None:
         policy = Policy(policy.default, policy.databases, parse_duration(grace))
+    conn._writer.release_idle()  # this connection's own idle lease is not a running writer
     run = _Run(conn, policy, dry_run, progress)
     report = run.report
     report.retention = policy.default.describe() + (
@@ -225,6 +227,15 @@ def gc(
         for lease in writers:
             cutoff = min(cutoff, lease.start - timing.margin)
         run.phase("wait")
+        if lock is not None and writers:
+            # A writer that outlived the wait may still refresh (touch) an old block it
+            # reuses; the listing's timestamps cannot show that, so nothing is safe to
+            # delete now. Report what would be freed, delete and trim nothing.
+            report.sweep_skipped = (
+                f"{len(writers)} writer lease(s) still live after {writer_wait:g}s "
+                f"(first: {writers[0].id} of {writers[0].holder}); run gc again later"
+            )
+            lock = None
         if lock is not None:
             # Trim before the last look at reader leases: a reader leases first and
             # then checks its version's entry, so it either is seen below or finds
@@ -250,6 +261,12 @@ def gc(
                 report.bytes_freed += info.size
         report.freed = [str(cid) for cid in candidates]
         report.nodes_read = run.marker.nodes_read
+        if report.sweep_skipped:
+            report.sweep_skipped += (
+                f"; it would free {report.blocks_freed:,} blocks ({report.bytes_freed:,} bytes)"
+            )
+            report.blocks_freed = report.bytes_freed = 0
+            report.freed = []
         if lock is None:
             return
         for i in range(0, len(candidates), _DELETE_BATCH):

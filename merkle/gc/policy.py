@@ -3,7 +3,9 @@
 A lake has one retention policy, stored at ``gc/policy``: a default for
 every database plus per-database overrides. A retention keeps the newest
 ``keep_versions`` entries of a journal and every entry committed within
-``keep_within`` of now (the union, when both are set), and always the head;
+``keep_within`` of now, plus the entry that was current when that window
+began (so ``open_db(at=now - keep_within)`` still works); the union when both
+are set, and always the head;
 with neither set it keeps every version. ``grace`` is how old an unreachable
 block must be before it may be deleted.
 """

@@ -71,6 +71,7 @@ class GCReport:
     nodes_read: int = 0
     reader_leases: int = 0
     writer_leases_waited: int = 0
+    sweep_skipped: str | None = None  # why nothing was deleted, when writers outlived the wait
     databases: dict[str, DatabaseReport] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)
     freed: list[str] = field(default_factory=list)
@@ -79,6 +80,8 @@ class GCReport:
     def summary(self) -> str:
         """A few readable lines for people (the CLI prints this)."""
         verb = "would free" if self.dry_run else "freed"
+        if self.sweep_skipped:
+            verb = f"sweep skipped ({self.sweep_skipped}), freed"
         lines = [
             f"{'dry run: ' if self.dry_run else ''}{verb} {self.blocks_freed:,} blocks "
             f"({_size(self.bytes_freed)}); kept {self.blocks_kept:,} blocks "

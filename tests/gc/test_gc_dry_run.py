@@ -150,13 +150,6 @@ def test_bad_retention_settings_are_usage_errors(lake: Lake, kwargs: dict[str, A
         assert list(conn.store.list("gc/")) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a dry run counts the calling connection's own idle writer lease "
-    "(merkle/gc/collect.py, collect(None): cutoff = min(cutoff, lease.start - margin)), so "
-    "right after a commit it reports nothing, while the real run waits that lease out (the "
-    "connection's WriterSession gives it up on seeing the GC lock) and frees everything",
-)
 def test_a_dry_run_on_the_connection_that_just_committed_agrees_with_the_real_run(
     lake: Lake,
 ) -> None:
