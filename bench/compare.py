@@ -1015,7 +1015,7 @@ operation by operation so that they share the machine's background load.
 Before every timed operation the dirty pages of the page cache are written
 out (`os.sync`, untimed), so that merkle-db's fsyncs never wait for writes a
 peer left unsynced.
-Caches: the OS page cache is warm everywhere (the data was just written; 24 GiB
+Caches: the OS page cache is warm everywhere (the data was just written; {memory}
 of RAM, nothing is dropped). A *fresh handle* is a new `merkle.connect` +
 `open_db`, a new `DeltaTable`, a new `lance.dataset`: no in-process cache. The
 lookups run on a handle opened just before, after {warmup} unmeasured lookups
@@ -1057,7 +1057,8 @@ def run(quick: bool) -> str:
     started = time.perf_counter()
     data = make_table(sizes.rows, seed)
     with temp_dir("merkle-compare-") as scratch:
-        fs = machine_info()["scratch filesystem"]
+        info = machine_info()
+        fs, memory = info["scratch filesystem"], info.get("memory", "?")
         progress(started, "1. bulk load")
         rounds = step_load(data, scratch, sizes, report)
         main, updates, clones = rounds[-1], rounds[1], rounds[0]
@@ -1080,7 +1081,7 @@ def run(quick: bool) -> str:
         f"{sum(1 for r in met if r.met)} of {len(met)} time and size targets met; " + report.clone
     )
     parts = [
-        SETUP.format(fs=fs, rows=sizes.rows, warmup=sizes.warmup),
+        SETUP.format(fs=fs, memory=memory, rows=sizes.rows, warmup=sizes.warmup),
         "### Targets",
         targets_table(report.rows),
         summary,
@@ -1113,32 +1114,36 @@ def run(quick: bool) -> str:
 NOTES: dict[str, str] = {
     "1.": """\
 **Bulk load: what would close the gap.** merkle-db keeps a table sorted by
-encoded key, so a load first sorts (`merkle/tablets/rows.py:sort_rows`: a
-stable `np.argsort` of the 8-byte keys, then `Table.take` of every column,
-where the two string columns are most of the gather), then encodes each
-100,000-row tablet as zstd-3 Arrow IPC on the worker pool
-(`segment.py:encode_segment`), hashes it (BLAKE3) and writes it with fsync.
-Lance writes the rows in the order they came, with light encodings and no
-fsync. The sort's share grows with size (a random gather over the whole
-table: about 2/3 of a 10,000,000-row load). Levers, biggest first: (1) a
-cheaper codec for tablet segments (lz4 encodes in 8.1 ms, zstd-1 in 15.1 ms,
-zstd-3 in 21.7 ms per tablet, see the segments section) or dictionary-encoded
-low-cardinality strings; (2) an unstable `np.argsort` (2.6x faster than the
-stable one at 1,000,000 keys here) with a fall back to the stable sort only
-when adjacent duplicate keys are found; (3) writing each tablet's blocks as
-soon as it is encoded instead of after all of them. A load that arrives in
-key order skips the sort already. The sort is what the lookups rows buy.""",
+encoded key, so a load first sorts (`merkle/tablets/rows.py:sort_rows`): a
+stable `np.argsort` of the 8-byte keys and a `Table.take` of every column, in
+which the two string columns are most of the gather; the phase table shows
+it is the biggest phase, and Lance's whole load takes less than the sort
+alone. Then each 100,000-row tablet is encoded as zstd-3 Arrow IPC on the
+worker pool (`segment.py:encode_segment`), hashed (BLAKE3) and written with
+fsync. Lance writes the rows in the order they came, with light encodings and
+no fsync. Side measurements at 1,000,000 rows on this machine: the stable
+argsort takes 112 ms, an unstable one plus a check for adjacent duplicate
+keys 76 ms (fall back to the stable sort only when there are duplicates);
+the gather takes 171 ms, 140 ms of it the two string columns, and it does not
+speed up when split per tablet over threads. The sort share grows with size
+(a random gather over the whole table). Levers: (1) the unstable sort;
+(2) sorting in cache-sized runs and merging them, so the gather reads
+memory in order (untested); (3) a cheaper segment codec (lz4 encodes a
+tablet in 8.1 ms, zstd-1 in 15.1 ms, zstd-3 in 21.7 ms, see the segments
+section); (4) writing each tablet's blocks as soon as it is encoded. A load
+that arrives in key order skips the sort already; the sort is what makes the
+lookups cheap without an index.""",
     "2.": """\
 **Full scan, fresh handle: what would close the gap.** Opening is cheap; the
-time is decoding: `segment.py:decode_segment` (zstd decompression of every
-tablet, run on the worker pool) and the BLAKE3 check of every block read
-(`cid.py:CID.verify`). Lance reads its files with light encodings. Levers:
-segments that decode faster (lz4 decodes a tablet in 2.87 ms, zstd-3 in 5.44
-ms, uncompressed is zero-copy, per the segments section; dictionary-encoded
-strings are smaller without general compression), and fewer threads than
-the pool's 4 on a 2-core machine while BLAKE3 also spreads large blocks
-over threads. A second scan on an open handle is served from the decoded
-segment cache.""",
+time is reading: `BlockStore.get_many` reads and BLAKE3-verifies every
+segment (on the calling thread, before any decoding starts), then
+`segment.py:decode_segment` decompresses them (zstd) on the worker pool,
+where a tablet takes far longer than alone (5.44 ms in the segments section)
+because 4 workers and BLAKE3's own threads share 2 cores. Levers: decode each
+segment as soon as its bytes arrive instead of after all of them; segments
+that decode faster (lz4: 2.87 ms a tablet; uncompressed is zero-copy, at 2.6x
+the bytes); no more worker threads than cores. A second scan on an open
+handle is served from the decoded-segment cache.""",
     "3.": """\
 **Single-key lookup: what costs the time.** The key is found in microseconds
 (`tree.py:Tree.locate`, `keyindex.py:KeyIndex.find`); most of a lookup is
