@@ -279,6 +279,9 @@ class Connection:
             raise UsageError(
                 f"root must be a Database or a root CID string, got {type(root).__name__}"
             )
+        else:  # reject a bad root before any lease is written
+            cid = CID.parse(root)
+            DbRoot.from_node(self.blocks.get_node(cid), cid)
         with self.writer_lease(name):
             try:
                 if isinstance(root, Database):
@@ -287,8 +290,6 @@ class Connection:
                         root.name, name, root.version, message=message, author=author
                     )
                 else:
-                    cid = CID.parse(root)
-                    DbRoot.from_node(self.blocks.get_node(cid), cid)  # a database root
                     self._check_whole(cid)
                     entry = self.refs.commit(
                         name,
