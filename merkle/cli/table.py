@@ -83,8 +83,8 @@ def _families(
     "--tablet-size-limit",
     type=int,
     default=None,
-    metavar="BYTES",
-    help="Split tablets larger than this.",
+    metavar="N",
+    help="Split tablets holding more than N records (default 100,000).",
 )
 @click.option(
     "--branching-factor", type=int, default=None, metavar="N", help="Children per index node."
@@ -94,7 +94,14 @@ def _families(
     type=int,
     default=None,
     metavar="N",
-    help="Pending batches kept before they are folded into tablets.",
+    help="Fold pending batches into tablets only above N records (default 20,000)...",
+)
+@click.option(
+    "--patch-share",
+    type=int,
+    default=None,
+    metavar="PCT",
+    help="...and above PCT percent of the table's records (default 50).",
 )
 @json_option("--metadata", "Metadata of the table, as JSON.")
 @commit_options
@@ -107,6 +114,7 @@ def create(
     tablet_size_limit: int | None,
     branching_factor: int | None,
     patch_limit: int | None,
+    patch_share: int | None,
     metadata: Any,
     message: str | None,
     author: str | None,
@@ -123,6 +131,7 @@ def create(
             tablet_size_limit=tablet_size_limit,
             branching_factor=branching_factor,
             patch_limit=patch_limit,
+            patch_share=patch_share,
         )
         .commit(message=message or f"create table {name} (key {key})", author=author)
     )

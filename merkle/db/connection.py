@@ -24,7 +24,7 @@ from merkle.db.writer import WriterSession
 from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError
 from merkle.refs import JournalConflictError, JournalEntry, Lease, LeaseManager, RefManager
 from merkle.storage.base import ObjectStore, open_store
-from merkle.tablets.store import TableStore
+from merkle.tablets.store import DEFAULT_WORKERS, TableStore
 
 __all__ = ["Connection", "connect"]
 
@@ -70,7 +70,7 @@ class Connection:
         *,
         hash: str | None = None,
         cache_bytes: int = 256 << 20,
-        workers: int = 4,
+        workers: int = DEFAULT_WORKERS,
         create: bool = True,
     ) -> None:
         self.store = store
@@ -341,7 +341,7 @@ def connect(
     *,
     hash: str | None = None,
     cache_bytes: int = 256 << 20,
-    workers: int = 4,
+    workers: int = DEFAULT_WORKERS,
     create: bool = True,
     **options: Any,
 ) -> Connection:

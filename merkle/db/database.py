@@ -272,22 +272,28 @@ class Database:
         tablet_size_limit: int | None = None,
         branching_factor: int | None = None,
         patch_limit: int | None = None,
+        patch_share: int | None = None,
     ) -> Database:
-        """A new empty table whose records are identified by the field ``key``."""
+        """A new empty table whose records are identified by the field ``key``.
+
+        Pending batches are folded into tablets once they hold more than
+        ``patch_limit`` records and more than ``patch_share`` percent of the
+        table (defaults 20,000 and 50): see doc/format.md "Batch".
+        """
         check_table_name(name)
         if name in self.list_tables():
             raise UsageError(
                 f"table {name!r} already exists in database {self.name!r}; "
                 "drop it first or choose another name"
             )
-        limits = check_limits(tablet_size_limit, branching_factor, patch_limit)
+        limits = check_limits(tablet_size_limit, branching_factor, patch_limit, patch_share)
         op = CreateTable(
             name,
             key,
             key_codec,
             dict(families) if families is not None else None,
             check_metadata(metadata, f"metadata of table {name!r}"),
-            (limits.tablet_size, limits.branching, limits.patch),
+            (limits.tablet_size, limits.branching, limits.patch, limits.patch_share),
             uuid.uuid4().hex,
         )
         return self._create_table(op)
@@ -326,6 +332,7 @@ class Database:
                 "tablet_size_limit": root.limits.tablet_size,
                 "branching_factor": root.limits.branching,
                 "patch_limit": root.limits.patch,
+                "patch_share": root.limits.patch_share,
             },
             "metadata": root.meta,
         }

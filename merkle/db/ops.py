@@ -71,7 +71,7 @@ class CreateTable(Op):
     key_codec: str | None
     families: Mapping[str, Any] | None
     metadata: Any
-    limits: tuple[int, int, int]
+    limits: tuple[int, int, int, int]
     uid: str
 
     def apply(self, db: Database) -> Database:

@@ -1,9 +1,9 @@
 """Pending batches: write them, merge them Spine-style, and read them as one overlay.
 
 A commit's changes to a table become one batch at the head of the table's
-pending list. Batches are merged by size tier (a batch is merged into the
-next older one while it is at least half its size), so a table holds
-O(log n) batches and each pending record is rewritten O(log n) times.
+pending list. Batches are merged by size tier (four batches of one tier make
+one of the next), so a table holds O(log n) batches and each pending record
+is rewritten O(log n) times.
 
 The :class:`Overlay` is all pending batches folded into one sorted view,
 newest change per key winning; reads lay it over the merged area. Each entry
@@ -15,7 +15,6 @@ key removes one, everything else replaces or removes nothing.
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -24,14 +23,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from merkle.blocks.cid import CID
-from merkle.tablets.keyindex import combine
+from merkle.tablets.keyindex import KeyIndex, combine
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.nodes import BatchNode
 from merkle.tablets.rows import SortedRows, empty_keys
 from merkle.tablets.segment import concat_segments
 from merkle.tablets.store import TableStore
 
-__all__ = ["BatchContent", "Overlay", "fold", "load_batch", "merge_tier", "write_batch"]
+__all__ = [
+    "TIER_FANIN",
+    "BatchContent",
+    "Overlay",
+    "batch_tier",
+    "fold",
+    "load_batch",
+    "merge_tier",
+    "write_batch",
+]
 
 
 def _pack_bits(flags: np.ndarray) -> bytes:
@@ -143,58 +151,90 @@ def fold(contents: Sequence[BatchContent], key_field: str, codec: KeyCodec) -> B
     return BatchContent(upserts, in_merged[is_upsert], deletes, in_merged[~is_upsert])
 
 
+#: Pending batches merge in fours: four batches of one size tier (sizes within a
+#: factor of four) become one of the next tier.
+TIER_FANIN = 4
+
+
+def batch_tier(count: int) -> int:
+    """The size tier of a batch of ``count`` entries: floor(log4(count))."""
+    tier = 0
+    while count >= TIER_FANIN:
+        count //= TIER_FANIN
+        tier += 1
+    return tier
+
+
 def merge_tier(
     ts: TableStore,
     pending: list[CID],
     key_field: str,
     codec: KeyCodec,
 ) -> list[CID]:
-    """Merge the newest batches Spine-style until each is under half the next older one."""
+    """Merge the newest batches by size tier, Spine-style (see :data:`TIER_FANIN`).
+
+    Batches of the same version (several materialisations of one commit) are
+    merged first. Then, while the newest :data:`TIER_FANIN` batches share a
+    size tier, they are merged into one: a table keeps O(log n) batches and
+    each entry is rewritten O(log n) times (log base four).
+    """
     pending = list(pending)
     while len(pending) >= 2:
         newer, older = ts.batch(pending[0]), ts.batch(pending[1])
-        if 2 * newer.count < older.count and newer.lower > older.upper:
+        if newer.lower <= older.upper:
+            run = 2
+        elif len(pending) >= TIER_FANIN and (
+            len({batch_tier(ts.batch(cid).count) for cid in pending[:TIER_FANIN]}) == 1
+        ):
+            run = TIER_FANIN
+        else:
             break
         merged = fold(
-            [load_batch(ts, cid, key_field, codec) for cid in pending[:2]], key_field, codec
+            [load_batch(ts, cid, key_field, codec) for cid in pending[:run]], key_field, codec
         )
-        pending[:2] = [write_batch(ts, merged, older.lower, newer.upper)]
+        oldest = ts.batch(pending[run - 1])
+        pending[:run] = [write_batch(ts, merged, oldest.lower, newer.upper)]
     return pending
 
 
 class Overlay:
-    """All pending batches as one sorted view over the merged area."""
+    """All pending batches as one sorted view over the merged area (numpy-searched)."""
 
     def __init__(self, content: BatchContent) -> None:
         self.content = content
         up, de = content.upserts, content.deletes
         keys = pa.concat_arrays([up.keys, de.cast(up.keys.type)]) if len(de) else up.keys
         order = pc.sort_indices(keys) if len(de) and len(up) else None
-        self._keys = keys.take(order) if order is not None else keys
-        self._key_list: list[bytes] = self._keys.to_pylist()
+        self._keys = KeyIndex(keys.take(order) if order is not None else keys)
         delta = np.concatenate(
             [np.where(content.upserts_in_merged, 0, 1), np.where(content.deletes_in_merged, -1, 0)]
         ).astype(np.int64)
         if order is not None:
             delta = delta[order.to_numpy()]
         self._prefix = np.concatenate([[0], np.cumsum(delta)])
-        self._upsert_list: list[bytes] = up.keys.to_pylist()
-        self._delete_list: list[bytes] = de.to_pylist()
-        self._delete_set = set(self._delete_list)
+        self._upserts = KeyIndex(up.keys)
+        self._deletes = KeyIndex(de)
+        self.nbytes = int(up.table.nbytes) + 3 * self._keys.nbytes + 8 * len(self._prefix)
 
     @classmethod
     def load(
         cls, ts: TableStore, pending: Sequence[CID], key_field: str, codec: KeyCodec
     ) -> Overlay:
-        contents = [load_batch(ts, cid, key_field, codec) for cid in pending]
-        return cls(fold(contents, key_field, codec))
+        """The overlay of ``pending`` (folded once, then cached by the pending list)."""
+
+        def build() -> Overlay:
+            contents = [load_batch(ts, cid, key_field, codec) for cid in pending]
+            return cls(fold(contents, key_field, codec))
+
+        key = ("overlay", key_field, codec.spec, *(cid.bytes for cid in pending))
+        return ts.cached(key, build, lambda overlay: overlay.nbytes)
 
     def __len__(self) -> int:
-        return len(self._key_list)
+        return len(self._keys)
 
     def _span(self, lo: bytes | None, hi: bytes | None) -> tuple[int, int]:
-        i = 0 if lo is None else bisect.bisect_left(self._key_list, lo)
-        j = len(self._key_list) if hi is None else bisect.bisect_left(self._key_list, hi)
+        i = 0 if lo is None else self._keys.rank(lo)
+        j = len(self._keys) if hi is None else self._keys.rank(hi)
         return i, max(i, j)
 
     def has_entries(self, lo: bytes | None, hi: bytes | None) -> bool:
@@ -209,25 +249,25 @@ class Overlay:
 
     def delta_before(self, key: bytes, *, inclusive: bool) -> int:
         """Rows added minus rows removed by pending changes to keys ``< key`` (or ``<=``)."""
-        j = (bisect.bisect_right if inclusive else bisect.bisect_left)(self._key_list, key)
-        return int(self._prefix[j])
+        return int(self._prefix[self._keys.rank(key, inclusive=inclusive)])
 
     def changes(self, lo: bytes | None, hi: bytes | None) -> tuple[SortedRows, pa.Array]:
         """The upserts and deleted keys that fall in ``[lo, hi)``."""
-        up = self.content.upserts
-        ui = 0 if lo is None else bisect.bisect_left(self._upsert_list, lo)
-        uj = len(self._upsert_list) if hi is None else bisect.bisect_left(self._upsert_list, hi)
-        deletes = self.content.deletes
+        up, deletes = self.content.upserts, self.content.deletes
+        ui = 0 if lo is None else self._upserts.rank(lo)
+        uj = len(up) if hi is None else self._upserts.rank(hi)
         if len(deletes):
-            dk = self._delete_list
-            di = 0 if lo is None else bisect.bisect_left(dk, lo)
-            dj = len(dk) if hi is None else bisect.bisect_left(dk, hi)
+            di = 0 if lo is None else self._deletes.rank(lo)
+            dj = len(deletes) if hi is None else self._deletes.rank(hi)
             deletes = deletes.slice(di, max(0, dj - di))
         return up.slice(ui, max(ui, uj)), deletes
 
+    def lookup_many(self, keys: Sequence[bytes]) -> list[int | None]:
+        """For each key: its row in the overlay's upserts, -1 if deleted, None if untouched."""
+        rows = self._upserts.find(keys) if len(self._upserts) else [-1] * len(keys)
+        gone = self._deletes.find(keys) if len(self._deletes) else [-1] * len(keys)
+        return [r if r >= 0 else (-1 if d >= 0 else None) for r, d in zip(rows, gone, strict=True)]
+
     def lookup(self, key: bytes) -> int | None:
         """Row of ``key`` in the overlay's upserts, -1 if it is deleted, None if untouched."""
-        i = bisect.bisect_left(self._upsert_list, key)
-        if i < len(self._upsert_list) and self._upsert_list[i] == key:
-            return i
-        return -1 if key in self._delete_set else None
+        return self.lookup_many([key])[0]

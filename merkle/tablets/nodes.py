@@ -45,13 +45,18 @@ class Limits:
     """Shape limits of a table's tree.
 
     ``tablet_size`` is the most records a tablet holds before it splits;
-    ``branching`` the most children of an index node; ``patch`` the most
-    records the pending batches hold before they are flushed into tablets.
+    ``branching`` the most children of an index node. Pending batches are
+    flushed into tablets once they hold more than ``patch`` records *and* more
+    than ``patch_share`` percent of the merged area's records: a flush
+    rewrites every tablet that random changes touch (often all of them), so
+    it is worth it only once the pending changes are a good share of the
+    table.
     """
 
     tablet_size: int = 100_000
     branching: int = 256
     patch: int = 20_000
+    patch_share: int = 50
 
     @property
     def min_tablet(self) -> int:
@@ -64,12 +69,26 @@ class Limits:
         return max(2, self.branching // 2)
 
     def to_node(self) -> dict[str, int]:
-        return {"tablet_size": self.tablet_size, "branching": self.branching, "patch": self.patch}
+        return {
+            "tablet_size": self.tablet_size,
+            "branching": self.branching,
+            "patch": self.patch,
+            "patch_share": self.patch_share,
+        }
+
+    def flush_above(self, merged_count: int) -> int:
+        """Pending records beyond this many are flushed into tablets."""
+        return max(self.patch, merged_count * self.patch_share // 100)
 
     @classmethod
     def from_node(cls, node: Mapping[str, Any]) -> Limits:
         try:
-            return cls(int(node["tablet_size"]), int(node["branching"]), int(node["patch"]))
+            return cls(
+                int(node["tablet_size"]),
+                int(node["branching"]),
+                int(node["patch"]),
+                int(node.get("patch_share", 0)),
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise IntegrityError(f"table limits are malformed: {node!r}") from exc
 

@@ -53,10 +53,14 @@ def sort_rows(table: pa.Table, key_field: str, codec: KeyCodec) -> SortedRows:
         # Fixed 8-byte keys: the whole sort and dedupe in numpy.
         if bool(np.all(words[:-1] < words[1:])):
             return SortedRows(table, encoded)
-        order = np.argsort(words, kind="stable")  # stable: equal keys stay in write order
+        order = np.argsort(words)  # fast; fine while the keys are unique
         ordered = words[order]
         last_of_run = np.append(ordered[:-1] != ordered[1:], True)
         if not last_of_run.all():
+            # Repeated keys: a stable sort keeps them in write order, so the last wins.
+            order = np.argsort(words, kind="stable")
+            ordered = words[order]
+            last_of_run = np.append(ordered[:-1] != ordered[1:], True)
             order = order[last_of_run]
         indices = pa.array(order)
         return SortedRows(table.take(indices), encoded.take(indices))

@@ -10,8 +10,9 @@ the compressors release the GIL).
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -24,10 +25,13 @@ from merkle.tablets.keyindex import KeyIndex
 from merkle.tablets.nodes import BatchNode, IndexNode, TableRoot, TabletNode
 from merkle.tablets.segment import decode_segment, encode_segment
 
-__all__ = ["TableStore"]
+__all__ = ["DEFAULT_WORKERS", "TableStore"]
 
 _DEFAULT_CACHE_BYTES = 256 << 20
 _POOL_PREFIX = "merkle-tablets"
+#: Encode/decode workers: one per core (more only oversubscribes the cores
+#: that hashing and decompression already use), at least 2, at most 8.
+DEFAULT_WORKERS = max(2, min(8, os.cpu_count() or 2))
 N = TypeVar("N")
 
 
@@ -36,7 +40,7 @@ class _Shared:
 
     def __init__(self, cache_bytes: int, workers: int) -> None:
         self.nodes: ByteLRU[Any] = ByteLRU(max(1 << 20, cache_bytes // 8))
-        self.segments: ByteLRU[pa.Table] = ByteLRU(cache_bytes)
+        self.segments: ByteLRU[Any] = ByteLRU(cache_bytes)  # decoded segments, overlays
         self.key_indexes: ByteLRU[KeyIndex] = ByteLRU(max(1 << 20, cache_bytes // 4))
         self.cache_bytes = cache_bytes
         self.workers = workers
@@ -64,7 +68,7 @@ class TableStore:
         blocks: BlockStore,
         *,
         cache_bytes: int = _DEFAULT_CACHE_BYTES,
-        workers: int = 4,
+        workers: int = DEFAULT_WORKERS,
         shared: _Shared | None = None,
     ) -> None:
         self.blocks = blocks
@@ -146,9 +150,11 @@ class TableStore:
             else:
                 found[cid] = table
         if missing:
-            raw = self.blocks.get_many(missing)
-            decoded = self.map(lambda cid: decode_segment(raw[cid]), list(raw))
-            for cid, table in zip(raw, decoded, strict=True):
+            # Each worker reads, verifies and decodes one segment: decoding starts as
+            # soon as that block's bytes arrive, not after every block is read.
+            unique = list(dict.fromkeys(missing))
+            decoded = self.map(lambda cid: decode_segment(self.blocks.get(cid)), unique)
+            for cid, table in zip(unique, decoded, strict=True):
                 self._segments.put(cid.bytes, table, table.nbytes)
                 found[cid] = table
         return [found[cid] for cid in cids]
@@ -163,13 +169,22 @@ class TableStore:
 
     # -- key indexes -------------------------------------------------------------
 
-    def key_index(self, owner: CID, build: Callable[[], pa.Array]) -> KeyIndex:
-        """The key index of a tablet or batch (built by ``build`` on a miss)."""
-        index = self._key_indexes.get(owner.bytes)
+    def key_index(self, owner: CID, build: Callable[[], pa.Array], *, part: str = "") -> KeyIndex:
+        """The key index of a tablet or batch (``part`` tells several of one block apart)."""
+        key = (part, owner.bytes)
+        index = self._key_indexes.get(key)
         if index is None:
             index = KeyIndex(build())
-            self._key_indexes.put(owner.bytes, index, index.nbytes)
+            self._key_indexes.put(key, index, index.nbytes)
         return index
+
+    def cached(self, key: Hashable, build: Callable[[], N], weigh: Callable[[N], int]) -> N:
+        """A derived value (e.g. a folded overlay) cached with the decoded nodes."""
+        found = self._segments.get(key)  # the big cache: overlays weigh like segments
+        if found is None:
+            found = build()
+            self._segments.put(key, found, weigh(found))
+        return found
 
     def close(self) -> None:
         """Stop the worker threads (shared with every view of this store)."""

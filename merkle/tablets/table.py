@@ -18,6 +18,7 @@ import pyarrow as pa
 from merkle.blocks.cid import CID
 from merkle.errors import UsageError
 from merkle.tablets.batch import BatchContent, Overlay, fold, load_batch, merge_tier, write_batch
+from merkle.tablets.keyindex import combine
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
 from merkle.tablets.keys import key_codec as parse_key_codec
 from merkle.tablets.nodes import BASE, ChildRef, Limits, TableRoot
@@ -64,7 +65,10 @@ def check_families(
 
 
 def check_limits(
-    tablet_size: int | None = None, branching: int | None = None, patch: int | None = None
+    tablet_size: int | None = None,
+    branching: int | None = None,
+    patch: int | None = None,
+    patch_share: int | None = None,
 ) -> Limits:
     """Limits with defaults filled in; UsageError for values that cannot work."""
     default = Limits()
@@ -72,6 +76,7 @@ def check_limits(
         "tablet_size_limit": (tablet_size, default.tablet_size, 1),
         "branching_factor": (branching, default.branching, 3),
         "patch_limit": (patch, default.patch, 0),
+        "patch_share": (patch_share, default.patch_share, 0),
     }
     chosen = []
     for name, (value, fallback, least) in values.items():
@@ -79,6 +84,8 @@ def check_limits(
             value = fallback
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise UsageError(f"{name} must be an integer >= {least}, got {value!r}")
+        if name == "patch_share" and value > 1000:
+            raise UsageError(f"patch_share is a percentage of the table, at most 1000, got {value}")
         chosen.append(value)
     return Limits(*chosen)
 
@@ -232,8 +239,9 @@ class Table:
     def apply_changes(self, upserts: SortedRows, deletes: pa.Array, version: int) -> Table:
         """Write sorted, unique ``upserts`` and remove ``deletes`` (encoded keys) as ``version``.
 
-        Small changes become a pending batch; more than the patch limit goes
-        straight into the tablets together with everything pending.
+        Small changes become a pending batch; a change above the flush threshold
+        (:meth:`Limits.flush_above`) goes straight into the tablets together
+        with everything pending.
         """
         n = len(upserts) + len(deletes)
         if not n:
@@ -247,7 +255,8 @@ class Table:
             version = ts.batch(pending[0]).upper + 1
         tree = self._tree()
         data = self.data_ref()
-        if n > spec.limits.patch:
+        limit = spec.limits.flush_above(data.count if data is not None else 0)
+        if n > limit:
             # Too big to stay pending: fold everything into the tablets at once.
             contents = [
                 BatchContent(
@@ -257,35 +266,86 @@ class Table:
             ]
             folded = fold(contents, spec.key_field, spec.codec)
             return self._rebuilt(tree.apply(data, folded.upserts, folded.deletes))
-        content = BatchContent(
-            upserts,
-            np.array(tree.exists(data, upserts.keys.to_pylist()), dtype=bool),
-            deletes,
-            np.array(tree.exists(data, deletes.to_pylist()), dtype=bool),
-        )
+        up_keys, del_keys = upserts.keys.to_pylist(), deletes.to_pylist()
+        up_merged = np.array(tree.exists(data, up_keys), dtype=bool)
+        del_merged = np.array(tree.exists(data, del_keys), dtype=bool)
+        content = BatchContent(upserts, up_merged, deletes, del_merged)
+        # The new count, from whether each key was live before this change: pending
+        # batches newest first decide, else the merged area (no overlay fold needed).
+        was_up = self._live_before(up_keys, up_merged)
+        was_del = self._live_before(del_keys, del_merged)
+        count = self.count + int((~was_up).sum()) - int(was_del.sum())
         batch = write_batch(ts, content, version, version)
         merged = merge_tier(ts, [batch, *pending], spec.key_field, spec.codec)
-        table = self._with_pending(data, tuple(merged))
-        if sum(ts.batch(cid).count for cid in merged) > spec.limits.patch:
+        table = self._with_pending(data, tuple(merged), count)
+        if sum(ts.batch(cid).count for cid in merged) > limit:
             return table.flush()
         return table
 
-    def _with_pending(self, data: ChildRef | None, pending: tuple[CID, ...]) -> Table:
-        ts, spec = self.ts, self.spec
-        overlay = Overlay.load(ts, pending, spec.key_field, spec.codec)
+    def _live_before(self, keys: Sequence[bytes], in_merged: np.ndarray) -> np.ndarray:
+        """Whether each key (sorted) had a record before the change being applied.
+
+        The newest pending batch that holds a key decides (an upsert: live, a
+        delete: gone); keys no batch holds are live if the merged area has them.
+        Each batch is searched through its cached key index: no overlay fold.
+        """
+        live = in_merged.copy()
+        undecided = np.ones(len(keys), dtype=bool)
+        key_field, codec = self.root.key_field, self.spec.codec
+        for cid in self.root.pending:
+            where = np.flatnonzero(undecided)
+            if not len(where):
+                break
+            batch = self.ts.batch(cid)
+            todo = [keys[int(i)] for i in where]
+            if batch.upserts is not None:
+                segment = batch.upserts
+
+                def upsert_keys(c: CID = segment) -> pa.Array:
+                    return combine(codec.encode_array(self.ts.segment(c).column(key_field)))
+
+                hit = where[np.array(self.ts.key_index(segment, upsert_keys).find(todo)) >= 0]
+                live[hit] = True
+                undecided[hit] = False
+            if batch.deletes:
+                gone_keys = batch.deletes
+
+                def delete_keys(keys: tuple[bytes, ...] = gone_keys) -> pa.Array:
+                    return pa.array(list(keys), type=pa.binary())
+
+                index = self.ts.key_index(cid, delete_keys, part="deletes")
+                hit = where[np.array(index.find(todo)) >= 0]
+                live[hit] = False
+                undecided[hit] = False
+        return live
+
+    def _with_pending(
+        self, data: ChildRef | None, pending: tuple[CID, ...], count: int | None = None
+    ) -> Table:
+        """This table with the given merged area and pending batches.
+
+        ``count`` is the exact record count when the caller knows it; otherwise
+        it comes from folding the pending batches (the overlay).
+        """
+        ts = self.ts
         base_count = data.count if data is not None else 0
         base_size = data.size if data is not None else 0
+        overlay = None
+        if count is None:
+            spec = self.spec
+            overlay = Overlay.load(ts, pending, spec.key_field, spec.codec)
+            count = base_count + overlay.delta()
         table = self._with(
             data=data.cid if data is not None else None,
             pending=pending,
-            count=base_count + overlay.delta(),
+            count=count,
             size=base_size + sum(ts.batch(cid).size for cid in pending),
         )
         table._data, table._data_loaded, table._overlay = data, True, overlay
         return table
 
     def _rebuilt(self, data: ChildRef | None) -> Table:
-        return self._with_pending(data, ())
+        return self._with_pending(data, (), data.count if data is not None else 0)
 
     def flush(self) -> Table:
         """Fold every pending batch into the tablets (a no-op when nothing is pending)."""
@@ -343,19 +403,23 @@ class Table:
         if codec is None or not keys:
             return self._empty(fields)
         wanted = sorted({codec.encode(k) for k in keys})
-        overlay = self.overlay()
         pieces: list[pa.Table] = []
         overlay_rows: list[int] = []
         rest: list[bytes] = []
-        for key in wanted:
-            row = overlay.lookup(key)
-            if row is None:
-                rest.append(key)
-            elif row >= 0:
-                overlay_rows.append(row)
+        if self.root.pending:
+            overlay = self.overlay()
+            for key, row in zip(wanted, overlay.lookup_many(wanted), strict=True):
+                if row is None:
+                    rest.append(key)
+                elif row >= 0:
+                    overlay_rows.append(row)
+        else:
+            rest = wanted
         key_field = self.root.key_field
         if overlay_rows:
-            rows = overlay.content.upserts.table.take(pa.array(overlay_rows, type=pa.int64()))
+            rows = self.overlay().content.upserts.table.take(
+                pa.array(overlay_rows, type=pa.int64())
+            )
             pieces.append(
                 project(rows, fields, key_field=key_field) if fields is not None else rows
             )
@@ -363,10 +427,12 @@ class Table:
         for cid, part in tree.locate(self.data_ref(), rest).items():
             positions = [p for p in tree.tablet_keys(cid).find(part) if p >= 0]
             if positions:
-                rows = tree.read_rows(cid, fields).table
+                rows = tree.read_table(cid, fields)
                 pieces.append(rows.take(pa.array(positions, type=pa.int64())))
         if not pieces:
             return self._empty(fields)
+        if len(pieces) == 1:
+            return pieces[0]
         return concat_segments(pieces, key_field=key_field)
 
     def _window(

@@ -124,7 +124,10 @@ class Tree:
             names.remove(BASE)
         names.insert(0, BASE)
         tables = self.ts.segments([tablet.segments[name] for name in names])
-        table = join_families(dict(zip(names, tables, strict=True)))
+        if len(tables) == 1:
+            table = tables[0]  # the base segment alone is already the whole row
+        else:
+            table = join_families(dict(zip(names, tables, strict=True)))
         if fields is not None:
             table = project(table, fields, key_field=self.spec.key_field)
         return table

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from merkle.blocks.cid import CID
 from merkle.errors import IntegrityError, MerkleError
-from merkle.tablets.batch import Overlay, load_batch
+from merkle.tablets.batch import TIER_FANIN, Overlay, batch_tier, load_batch
 from merkle.tablets.keyindex import combine
 from merkle.tablets.nodes import BASE, ChildRef
 from merkle.tablets.store import TableStore
@@ -212,11 +212,12 @@ def _validate(ts: TableStore, table: Table) -> None:
                 here,
                 "version range overlaps or is not older than the batch before it",
             )
+            run = batches[max(0, i - TIER_FANIN + 1) : i + 1]
             walk.check(
-                2 * newer.count < batch.count,
+                len(run) < TIER_FANIN or len({batch_tier(b.count) for b in run}) > 1,
                 here,
-                f"size tier broken: {newer.count} records after {batch.count} "
-                "(each batch must be under half the next older)",
+                f"size tiers broken: {TIER_FANIN} batches in a row of tier "
+                f"{batch_tier(batch.count)} (they should have been merged)",
             )
         content = load_batch(ts, cid, spec.key_field, spec.codec)
         up = content.upserts.keys
@@ -243,9 +244,9 @@ def _validate(ts: TableStore, table: Table) -> None:
         )
         total += batch.count
     walk.check(
-        total <= spec.limits.patch,
+        total <= spec.limits.flush_above(data_count),
         "pending",
-        f"holds {total} records, above the patch limit {spec.limits.patch}",
+        f"holds {total} records, above the flush threshold {spec.limits.flush_above(data_count)}",
     )
     overlay = Overlay.load(ts, root.pending, spec.key_field, spec.codec)
     count = data_count + overlay.delta()

@@ -195,6 +195,8 @@ def test_table_create_with_options(run: Run, conn: merkle.Connection) -> None:
         "8",
         "--patch-limit",
         "2",
+        "--patch-share",
+        "5",
         "--metadata",
         '{"team": "x"}',
         "--author",
@@ -205,7 +207,12 @@ def test_table_create_with_options(run: Run, conn: merkle.Connection) -> None:
     assert info["key"] == "at"
     assert info["key_codec"] == "tuple(timestamp,str)"
     assert info["families"] == {"body": ["lang", "text"], "meta": ["source"]}
-    assert info["limits"] == {"tablet_size_limit": 4096, "branching_factor": 8, "patch_limit": 2}
+    assert info["limits"] == {
+        "tablet_size_limit": 4096,
+        "branching_factor": 8,
+        "patch_limit": 2,
+        "patch_share": 5,
+    }
     assert info["metadata"] == {"team": "x"}
     head = conn.history("shop")[0]
     assert (head.message, head.author) == ("create table events (key at)", "ann")

@@ -281,6 +281,7 @@ def test_create_table_with_every_option(
         tablet_size_limit=8,
         branching_factor=3,
         patch_limit=4,
+        patch_share=10,
     )
     db.commit()
     for view in (db, connect(lake).open_db("shop")):
@@ -294,6 +295,7 @@ def test_create_table_with_every_option(
             "tablet_size_limit": 8,
             "branching_factor": 3,
             "patch_limit": 4,
+            "patch_share": 10,
         }
         assert (described["count"], described["size"], described["tablets"]) == (0, 0, 0)
         assert described["patch"] == {"count": 0, "size": 0}
