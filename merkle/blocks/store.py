@@ -99,6 +99,21 @@ class BlockStore:
             cid = CID.of(data, codec_code(codec), self.hash_code)
             cids.append(cid)
             pending[self.key(cid)] = data
+        self._store_absent(pending, refresh_before)
+        return cids
+
+    def put_hashed(
+        self, blocks: Iterable[tuple[CID, bytes]], *, refresh_before: float | None = None
+    ) -> None:
+        """Store blocks whose CIDs this process computed itself from these very bytes.
+
+        Skips re-hashing (a commit's staged blocks were hashed when they were
+        made); never pass CIDs that came from outside.
+        """
+        self._store_absent({self.key(cid): data for cid, data in blocks}, refresh_before)
+
+    def _store_absent(self, pending: dict[str, bytes], refresh_before: float | None) -> None:
+        """Write the blocks not yet stored; refresh old timestamps of those that are."""
         if pending:
             keys = list(pending)
             present: list[bool] = self.store.map_bulk(
@@ -107,7 +122,6 @@ class BlockStore:
             missing = [key for key, found in zip(keys, present, strict=True) if not found]
             if missing:
                 self.store.put_many((key, pending[key]) for key in missing)
-        return cids
 
     def _refresh(self, key: str, refresh_before: float | None) -> bool:
         """Whether the block is present (refreshing an old timestamp), else it must be written."""

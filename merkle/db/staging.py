@@ -102,6 +102,6 @@ class StagedBlocks(BlockStore):
         """Write the staged blocks reachable from ``roots`` to the lake; how many were written."""
         blocks = self.reachable(roots)
         if blocks:
-            codecs = [(data, cid.codec) for cid, data in blocks]
-            self.base.put_many(codecs, refresh_before=refresh_before)
+            # Hashed when staged (put_many above): no second pass over the bytes.
+            self.base.put_hashed(blocks, refresh_before=refresh_before)
         return len(blocks)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -22,20 +21,42 @@ from merkle.tablets.segment import concat_segments
 __all__ = ["SortedRows", "cut_points", "empty_keys", "merge_changes", "sort_rows"]
 
 
-@dataclass(frozen=True, slots=True)
 class SortedRows:
-    """Rows sorted by encoded key, unique, with the encoded keys beside them."""
+    """Rows sorted by encoded key, unique, with the encoded keys beside them.
 
-    table: pa.Table
-    keys: pa.Array  # encoded keys, same length and order as ``table``
+    The rows may be held as a table plus a permutation (``order``) that is
+    applied only when ``table`` is first read: slicing such rows slices the
+    permutation, so a bulk load gathers each tablet's rows in the worker that
+    encodes it, on every core, instead of gathering the whole table first.
+    """
+
+    __slots__ = ("_materialized", "_order", "_source", "keys")
+
+    def __init__(self, table: pa.Table, keys: pa.Array, order: np.ndarray | None = None) -> None:
+        self._source = table
+        self._order = order
+        self._materialized: pa.Table | None = table if order is None else None
+        self.keys = keys  # encoded keys, same length and order as the rows
+
+    @property
+    def table(self) -> pa.Table:
+        """The rows in key order (gathered on first use)."""
+        if self._materialized is None:
+            assert self._order is not None
+            self._materialized = self._source.take(pa.array(self._order))
+        return self._materialized
 
     def __len__(self) -> int:
-        return int(self.table.num_rows)
+        return len(self.keys)
 
     def slice(self, start: int, stop: int) -> SortedRows:
-        return SortedRows(
-            self.table.slice(start, stop - start), self.keys.slice(start, stop - start)
-        )
+        length = stop - start
+        if self._materialized is not None:
+            return SortedRows(
+                self._materialized.slice(start, length), self.keys.slice(start, length)
+            )
+        assert self._order is not None
+        return SortedRows(self._source, self.keys.slice(start, length), self._order[start:stop])
 
 
 def empty_keys(codec: KeyCodec) -> pa.Array:
@@ -62,8 +83,8 @@ def sort_rows(table: pa.Table, key_field: str, codec: KeyCodec) -> SortedRows:
             ordered = words[order]
             last_of_run = np.append(ordered[:-1] != ordered[1:], True)
             order = order[last_of_run]
-        indices = pa.array(order)
-        return SortedRows(table.take(indices), encoded.take(indices))
+        # The rows are gathered lazily (see SortedRows); the keys are cheap to gather now.
+        return SortedRows(table, encoded.take(pa.array(order)), order)
     n = len(encoded)
     if pc.all(pc.less(encoded.slice(0, n - 1), encoded.slice(1))).as_py():
         return SortedRows(table, encoded)

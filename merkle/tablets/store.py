@@ -162,10 +162,14 @@ class TableStore:
     def put_segments(self, tables: Sequence[pa.Table]) -> list[tuple[CID, int]]:
         """Encode and store segments; (CID, stored bytes) for each, in order."""
         encoded = self.map(encode_segment, list(tables))
-        cids = self.blocks.put_many([(data, RAW) for data in encoded])
-        for cid, table in zip(cids, tables, strict=True):
+        return self.store_encoded(list(zip(tables, encoded, strict=True)))
+
+    def store_encoded(self, segments: Sequence[tuple[pa.Table, bytes]]) -> list[tuple[CID, int]]:
+        """Store already-encoded segments (and cache their tables); (CID, bytes) each."""
+        cids = self.blocks.put_many([(data, RAW) for _, data in segments])
+        for cid, (table, _) in zip(cids, segments, strict=True):
             self._segments.put(cid.bytes, table, table.nbytes)
-        return [(cid, len(data)) for cid, data in zip(cids, encoded, strict=True)]
+        return [(cid, len(data)) for cid, (_, data) in zip(cids, segments, strict=True)]
 
     # -- key indexes -------------------------------------------------------------
 

@@ -35,7 +35,7 @@ from merkle.tablets.nodes import (
     TabletNode,
 )
 from merkle.tablets.rows import SortedRows, concat_sorted, cut_points, merge_changes
-from merkle.tablets.segment import join_families, project, split_families
+from merkle.tablets.segment import encode_segment, join_families, project, split_families
 from merkle.tablets.store import TableStore
 
 __all__ = ["LeafSlice", "TableSpec", "Tree", "node_ref"]
@@ -149,17 +149,25 @@ class Tree:
             refs += self._store_tablets(pieces)
         return refs
 
+    def _encode_piece(self, piece: SortedRows) -> list[tuple[str, pa.Table, bytes]]:
+        """Gather one tablet's rows, split them into families and encode each segment."""
+        parts = split_families(
+            piece.table, key_field=self.spec.key_field, families=self.spec.families
+        )
+        return [
+            (name, table, encode_segment(table))
+            for name, table in parts.items()
+            if name == BASE or table.num_columns
+        ]
+
     def _store_tablets(self, pieces: list[SortedRows]) -> list[ChildRef]:
-        layouts: list[list[str]] = []
-        tables: list[pa.Table] = []
-        for piece in pieces:
-            parts = split_families(
-                piece.table, key_field=self.spec.key_field, families=self.spec.families
-            )
-            names = [name for name, t in parts.items() if name == BASE or t.num_columns]
-            layouts.append(names)
-            tables += [parts[name] for name in names]
-        stored = iter(self.ts.put_segments(tables))
+        # Each worker gathers, splits and encodes whole tablets: the row gather of a
+        # bulk load runs on every core, beside the compression of other tablets.
+        encoded = self.ts.map(self._encode_piece, pieces)
+        layouts = [[name for name, _, _ in segments] for segments in encoded]
+        stored = iter(
+            self.ts.store_encoded([(table, data) for segs in encoded for _, table, data in segs])
+        )
         nodes = []
         for piece, names in zip(pieces, layouts, strict=True):
             segs = [next(stored) for _ in names]
