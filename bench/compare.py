@@ -1113,26 +1113,22 @@ def run(quick: bool) -> str:
 #: From the profiles above and side measurements on the benchmark machine (November 2026).
 NOTES: dict[str, str] = {
     "1.": """\
-**Bulk load: what would close the gap.** merkle-db keeps a table sorted by
-encoded key, so a load first sorts (`merkle/tablets/rows.py:sort_rows`): a
-stable `np.argsort` of the 8-byte keys and a `Table.take` of every column, in
-which the two string columns are most of the gather; the phase table shows
-it is the biggest phase, and Lance's whole load takes less than the sort
-alone. Then each 100,000-row tablet is encoded as zstd-3 Arrow IPC on the
-worker pool (`segment.py:encode_segment`), hashed (BLAKE3) and written with
-fsync. Lance writes the rows in the order they came, with light encodings and
-no fsync. Side measurements at 1,000,000 rows on this machine: the stable
-argsort takes 112 ms, an unstable one plus a check for adjacent duplicate
-keys 76 ms (fall back to the stable sort only when there are duplicates);
-the gather takes 171 ms, 140 ms of it the two string columns, and it does not
-speed up when split per tablet over threads. The sort share grows with size
-(a random gather over the whole table). Levers: (1) the unstable sort;
-(2) sorting in cache-sized runs and merging them, so the gather reads
-memory in order (untested); (3) a cheaper segment codec (lz4 encodes a
-tablet in 8.1 ms, zstd-1 in 15.1 ms, zstd-3 in 21.7 ms, see the segments
-section); (4) writing each tablet's blocks as soon as it is encoded. A load
-that arrives in key order skips the sort already; the sort is what makes the
-lookups cheap without an index.""",
+**Bulk load: why it misses, and what is left.** merkle-db keeps a table
+sorted by encoded key in a B+-tree of tablets; Lance writes the rows in the
+order they came, with light encodings and no fsync. A load therefore sorts
+first (`merkle/tablets/rows.py:sort_rows`: an unstable `np.argsort` of the
+8-byte keys, a stable one only when keys repeat), then each worker gathers
+its own tablet's rows (`Table.take`, the string columns dominate), encodes
+them as zstd-3 Arrow IPC and the blocks are hashed (BLAKE3) and fsynced. Done
+so far: the unstable sort and the per-tablet gather on every core took the
+load from 727 ms to about 340 ms. What is left is the gather and the
+compression: a random gather over the whole table (it grows with size), and
+zstd-3 (lz4 encodes a tablet in 8.1 ms, zstd-1 in 15.1 ms, zstd-3 in
+21.7 ms; zstd-3 was chosen for the bytes it saves, see the segments
+section). Sorting is the price of what the sort buys: point lookups 2.4x
+faster than Lance's BTREE index without any index, and key-range scans that
+read only the tablets they need. A load that arrives in key order skips the
+sort.""",
     "2.": """\
 **Full scan, fresh handle: what would close the gap.** Opening is cheap; the
 time is reading: `BlockStore.get_many` reads and BLAKE3-verifies every

@@ -526,8 +526,10 @@ def _section(
         "history is built once; then, in each of "
         f"{rounds} rounds, a fresh copy of each is collected down to its newest version "
         "(the stores take turns going first). Calls: `merkle.gc(conn, keep_versions=1, "
-        'grace="0s")` on a new connection (connecting included; no writer lease is live), '
-        "Delta `vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)` "
+        'grace="0s")` on a new connection (connecting included; no writer lease is live) '
+        "after `db.compact().commit()` (folds the pending batches into tablets; timed apart, "
+        "as maintenance), Delta "
+        "`vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False)` "
         "after `optimize.compact()` and `create_checkpoint()` (timed apart, as maintenance), "
         "Lance `cleanup_old_versions(older_than=timedelta(0))`. Objects freed: blocks "
         "(merkle-db), files (Delta), versions plus files (Lance).",
