@@ -43,7 +43,7 @@ from merkle.refs import JournalConflictError, JournalEntry
 from merkle.tablets.batch import BatchContent, fold
 from merkle.tablets.keys import KeyCodec, infer_key_codec_arrow
 from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
-from merkle.tablets.segment import arrow_to_records, normalize_arrow, records_to_arrow
+from merkle.tablets.segment import arrow_to_records
 from merkle.tablets.store import TableStore
 from merkle.tablets.table import Table, check_limits
 
@@ -361,21 +361,13 @@ class Database:
     ) -> Database:
         """Upsert whole records: dicts holding the key field, a mapping key -> dict, or Arrow."""
         state = self._state(table)
-        current = state.table
-        key_field = current.root.key_field
-        if isinstance(records, (pa.Table, pa.RecordBatch)):
-            if key_field not in records.schema.names:
-                raise UsageError(
-                    f"the Arrow data for table {table!r} has no column {key_field!r}, its key field"
-                )
-            current = current.with_codec_for(dtype=records.schema.field(key_field).type)
-            rows = normalize_arrow(records, key_field=key_field, codec=current.spec.codec)
-        else:
-            listed = _as_record_list(records, key_field, table)
-            if not listed:
-                return self
-            current = current.with_codec_for(listed[0][key_field])
-            rows = records_to_arrow(listed, key_field=key_field, codec=current.spec.codec)
+        key_field = state.table.root.key_field
+        if not isinstance(records, (pa.Table, pa.RecordBatch)):
+            records = _as_record_list(records, key_field, table)  # names the record at fault
+        try:
+            current, rows = state.table.prepare_rows(records)
+        except UsageError as exc:
+            raise UsageError(f"table {table!r}: {exc}") from None
         if not rows.num_rows:
             return self
         codec = current.spec.codec

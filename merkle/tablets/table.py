@@ -197,10 +197,15 @@ class Table:
         codec = infer_key_codec_arrow(dtype) if dtype is not None else infer_key_codec(sample_key)
         return self._with(key_codec=codec.spec)
 
-    def write(
-        self, rows: pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]], version: int
-    ) -> Table:
-        """Upsert whole records (replacing any record with the same key)."""
+    def prepare_rows(
+        self, rows: pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]]
+    ) -> tuple[Table, pa.Table]:
+        """Validated Arrow rows for writing, and this table with its key codec chosen.
+
+        Arrow input is checked and normalised column-wise; records (dicts that
+        hold the key field) are converted schema-free. A table without a codec
+        takes it from the first key (or the key column's type).
+        """
         key_field = self.root.key_field
         if isinstance(rows, (pa.Table, pa.RecordBatch)):
             if key_field not in rows.schema.names:
@@ -208,19 +213,24 @@ class Table:
                     f"the Arrow data has no column {key_field!r}, the key field of this table"
                 )
             table = self.with_codec_for(dtype=rows.schema.field(key_field).type)
-            arrow = normalize_arrow(rows, key_field=key_field, codec=table.spec.codec)
-        else:
-            records = list(rows)
-            if not records:
-                return self
-            first = records[0]
-            if not isinstance(first, Mapping) or first.get(key_field) is None:
-                raise UsageError(f"every record must be a dict holding the key field {key_field!r}")
-            table = self.with_codec_for(first[key_field])
-            arrow = records_to_arrow(records, key_field=key_field, codec=table.spec.codec)
+            return table, normalize_arrow(rows, key_field=key_field, codec=table.spec.codec)
+        records = list(rows)
+        if not records:
+            return self, pa.table({})
+        first = records[0]
+        if not isinstance(first, Mapping) or first.get(key_field) is None:
+            raise UsageError(f"every record must be a dict holding the key field {key_field!r}")
+        table = self.with_codec_for(first[key_field])
+        return table, records_to_arrow(records, key_field=key_field, codec=table.spec.codec)
+
+    def write(
+        self, rows: pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]], version: int
+    ) -> Table:
+        """Upsert whole records (replacing any record with the same key)."""
+        table, arrow = self.prepare_rows(rows)
         if not arrow.num_rows:
             return self
-        spec = table.spec
+        key_field, spec = self.root.key_field, table.spec
         upserts = sort_rows(arrow, key_field, spec.codec)
         return table.apply_changes(upserts, empty_keys(spec.codec), version)
 
