@@ -5,8 +5,10 @@
 2. Mark from those roots and from every live reader lease.
 3. List the blocks.
 4. Take the GC lock (new writers now wait), wait for the writer leases that
-   started before it, then re-mark from heads that moved and new reader
-   leases. Shared subtrees are already marked, so this costs the new nodes.
+   started before it, then re-mark from heads that moved (every version from
+   the planned trim point on, since those entries stay readable) and new
+   reader leases. Shared subtrees are already marked, so this costs the new
+   nodes.
    Trimming journals past retention happens here, before that last look at
    reader leases: a reader writes its lease and then checks that its version
    is still in the journal, so it is either seen, or finds its version
@@ -58,9 +60,13 @@ def journal_names(conn: Connection) -> list[str]:
 
 
 def _kept_entries(
-    conn: Connection, name: str, retention: Retention, now: datetime
+    conn: Connection, name: str, retention: Retention, now: datetime, floor: int | None = None
 ) -> tuple[JournalEntry | None, list[JournalEntry], int | None]:
-    """(head, kept entries newest first, oldest kept version) under ``retention``."""
+    """(head, kept entries newest first, oldest kept version) under ``retention``.
+
+    ``floor``: keep at least every version from it on (versions a trim has
+    already spared stay readable, so they must stay whole).
+    """
     refs = conn.refs
     head = refs.head(name)
     if head is None:
@@ -79,6 +85,8 @@ def _kept_entries(
             except NotFoundError:
                 firsts.append(oldest)  # everything is younger than the window
         first = max(oldest, min(firsts))
+    if floor is not None:
+        first = max(oldest, min(first, floor))
     kept = refs.history(name, limit=head.version - first + 1)
     return head, kept, first
 
@@ -125,11 +133,13 @@ class _Run:
         self.report.phases[name] = self.report.phases.get(name, 0.0) + now - self._clock
         self._clock = now
 
-    def mark_databases(self, names: list[str]) -> None:
+    def mark_databases(self, names: list[str], floors: dict[str, int] | None = None) -> None:
+        """Mark what retention keeps of each database (at least from ``floors[name]`` on)."""
         now = datetime.now(UTC)
         for i, name in enumerate(names):
             retention = self.policy.for_db(name)
-            head, kept, first = _kept_entries(self.conn, name, retention, now)
+            floor = None if floors is None else floors.get(name, 0)
+            head, kept, first = _kept_entries(self.conn, name, retention, now, floor)
             if head is None:
                 continue
             reached = 0
@@ -162,13 +172,19 @@ class _Run:
         self.report.reader_leases = len(self.readers)
 
     def remark_moved(self) -> None:
-        """Mark what commits made since the first mark (new heads, new databases)."""
+        """Mark what commits made since the first mark (new heads, new databases).
+
+        Every version from the trim point of the first mark on stays in the
+        journal, so all of them are marked: a version committed during the
+        collection and already outside retention by now is still readable
+        (and a reader may lease it after the last look at leases).
+        """
         moved = []
         for name in journal_names(self.conn):
             head = self.conn.refs.head(name)
             if head is not None and self.heads.get(name) != head.version:
                 moved.append(name)
-        self.mark_databases(moved)
+        self.mark_databases(moved, floors=dict(self.trim_before))
         self.mark_readers()
 
 

@@ -204,3 +204,36 @@ def _collect(lake: Lake) -> None:
         report = merkle.gc(collector, keep_versions=1, grace="0s", writer_wait=0.2)
     assert report.sweep_skipped is not None
     assert report.blocks_freed == 0
+
+
+def test_versions_committed_during_a_collection_stay_whole_while_their_entries_remain(
+    lake: Lake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two commits land between the first mark and the listing (no lock is held yet).
+
+    The trim point was planned from the old head, so the first of the two
+    stays in the journal although ``keep_versions=1`` no longer covers it by
+    the time the collection re-marks; a reader may still open it, so it must
+    stay whole. Before the fix its own blocks were swept (found by the
+    concurrent S3 test as a reader meeting a missing root).
+    """
+    revert_history(lake)  # versions 0..2 of "shop"
+    committed: list[merkle.Database] = []
+
+    def commit_twice() -> None:
+        with connect(lake) as writer:
+            db = writer.open_db("shop")
+            for tag in ("c", "d"):
+                db = db.write("t", [{"k": i, "v": tag, "n": i} for i in range(12)]).commit()
+                committed.append(db)
+
+    with connect(lake) as collector:
+        _hook(collector.blocks, "list", commit_twice, monkeypatch)
+        report = merkle.gc(collector, keep_versions=1, grace="0s", writer_wait=WAIT)
+    assert [db.version for db in committed] == [3, 4]
+    assert report.databases["shop"].oldest_kept is not None
+    with connect(lake) as reader:
+        middle = reader.open_db("shop", version=3)  # its entry was not trimmed
+        assert missing_blocks(reader.store, middle.root) == []
+        assert same_dump(dump(middle), dump(committed[0]))
+        assert merkle.verify(reader).ok
