@@ -1,6 +1,8 @@
 """The IPLD DAG-CBOR codec fixtures: our codec must agree byte for byte with IPLD's.
 
-The fixtures live in ``shared/ipld-fixtures`` beside the repository. Each
+The fixtures are vendored in ``tests/blocks/ipld-fixtures`` (a copy of
+``shared/ipld-fixtures``, MIT / Apache-2.0 as their licence files say), so
+every checkout and CI run checks them. Each
 positive fixture is a directory holding ``<cid>.dag-cbor``: it must decode
 strictly, re-encode to the same bytes, and hash (SHA2-256) to its file name.
 Each negative fixture is bytes that every DAG-CBOR decoder must refuse.
@@ -16,18 +18,13 @@ import pytest
 from merkle.blocks import CID, decode_node, encode_node
 from merkle.errors import IntegrityError
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "ipld-fixtures"
+FIXTURES = Path(__file__).resolve().parent / "ipld-fixtures"
 POSITIVE = sorted((FIXTURES / "dag-cbor").glob("*/*.dag-cbor"))
 NEGATIVE = [
     pytest.param(bytes.fromhex(case["hex"]), id=f"{path.stem}: {case['name']}")
     for path in sorted((FIXTURES / "negative-dag-cbor" / "decode").glob("*.json"))
     for case in json.loads(path.read_text())
 ]
-
-pytestmark = pytest.mark.skipif(
-    not FIXTURES.is_dir(), reason=f"IPLD fixtures not found at {FIXTURES} (shared/ is absent)"
-)
-
 
 def test_fixture_directories_are_found() -> None:
     assert len(POSITIVE) > 100
