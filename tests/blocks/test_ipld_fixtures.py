@@ -26,6 +26,7 @@ NEGATIVE = [
     for case in json.loads(path.read_text())
 ]
 
+
 def test_fixture_directories_are_found() -> None:
     assert len(POSITIVE) > 100
     assert NEGATIVE
