@@ -1121,7 +1121,8 @@ first (`merkle/tablets/rows.py:sort_rows`: an unstable `np.argsort` of the
 its own tablet's rows (`Table.take`, the string columns dominate), encodes
 them as zstd-3 Arrow IPC and the blocks are hashed (BLAKE3) and fsynced. Done
 so far: the unstable sort and the per-tablet gather on every core took the
-load from 727 ms to about 340 ms. What is left is the gather and the
+load from 727 ms to 340-420 ms (it varies between runs on the 2-core
+benchmark machine). What is left is the gather and the
 compression: a random gather over the whole table (it grows with size), and
 zstd-3 (lz4 encodes a tablet in 8.1 ms, zstd-1 in 15.1 ms, zstd-3 in
 21.7 ms; zstd-3 was chosen for the bytes it saves, see the segments
