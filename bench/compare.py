@@ -245,6 +245,11 @@ class MerkleSide:
             self.conn = None
 
 
+def _key_filter(keys: list[int]) -> str:
+    """The SQL predicate selecting ``keys`` (Delta's query and Lance's filter share it)."""
+    return f"{KEY} = {keys[0]}" if len(keys) == 1 else f"{KEY} IN ({','.join(map(str, keys))})"
+
+
 class DeltaSide:
     """A Delta Lake table through delta-rs (``deltalake``)."""
 
@@ -273,8 +278,7 @@ class DeltaSide:
 
     def get(self, keys: list[int]) -> pa.Table:
         assert self.qb is not None
-        where = f"{KEY} = {keys[0]}" if len(keys) == 1 else f"{KEY} IN ({','.join(map(str, keys))})"
-        return pa.table(self.qb.execute(f"SELECT * FROM t WHERE {where}").read_all())
+        return pa.table(self.qb.execute(f"SELECT * FROM t WHERE {_key_filter(keys)}").read_all())
 
     def upsert(self, rows: pa.Table) -> None:
         assert self.dt is not None
@@ -335,8 +339,7 @@ class LanceSide:
 
     def get(self, keys: list[int]) -> pa.Table:
         assert self.ds is not None
-        where = f"{KEY} = {keys[0]}" if len(keys) == 1 else f"{KEY} IN ({','.join(map(str, keys))})"
-        return self.ds.to_table(filter=where)
+        return self.ds.to_table(filter=_key_filter(keys))
 
     def upsert(self, rows: pa.Table) -> None:
         assert self.ds is not None

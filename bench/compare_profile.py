@@ -86,6 +86,14 @@ def _stack(frame: FrameType | None) -> Iterator[CodeType]:
         frame = frame.f_back
 
 
+def _timed(fn: Callable[[], Any], runs: int) -> float:
+    """Seconds taken by calling ``fn`` ``runs`` times."""
+    start = time.perf_counter()
+    for _ in range(runs):
+        fn()
+    return time.perf_counter() - start
+
+
 @dataclass
 class Profile:
     """Samples of busy threads while a function ran (see the module doc)."""
@@ -98,6 +106,14 @@ class Profile:
     owner: Counter[str] = field(default_factory=Counter)  # deepest merkle frame
     leaf: Counter[str] = field(default_factory=Counter)  # innermost frame
     cumulative: Counter[str] = field(default_factory=Counter)  # any merkle frame
+
+    def tally(self, leaf: str, merkle: list[str], count: int = 1) -> None:
+        """Count one busy stack: its innermost frame and its merkle-db frames (innermost first)."""
+        self.busy += count
+        self.leaf[leaf] += count
+        self.owner[merkle[0] if merkle else "(no merkle-db frame)"] += count
+        for name in set(merkle):
+            self.cumulative[name] += count
 
     def share(self, count: int) -> str:
         return f"{100 * count / self.busy:.0f}%" if self.busy else "-"
@@ -197,10 +213,7 @@ def _sample_pyspy(exe: str, fn: Callable[[], Any], runs: int, interval: float) -
         )
         time.sleep(1.0)  # attach before the work starts
         try:
-            start = time.perf_counter()
-            for _ in range(runs):
-                fn()
-            profile.wall = time.perf_counter() - start
+            profile.wall = _timed(fn, runs)
         finally:
             spy.send_signal(signal.SIGINT)  # py-spy writes its output on Ctrl-C
             spy.wait(timeout=60)
@@ -218,12 +231,7 @@ def _sample_pyspy(exe: str, fn: Callable[[], Any], runs: int, interval: float) -
         named = [_pyspy_name(f) for f in reversed(frames)]  # innermost first
         if not named or named[0][0].endswith(_PYSPY_IDLE):
             continue
-        profile.busy += count
-        profile.leaf[named[0][0]] += count
-        merkle = [name for name, is_merkle in named if is_merkle]
-        profile.owner[merkle[0] if merkle else "(no merkle-db frame)"] += count
-        for name in set(merkle):
-            profile.cumulative[name] += count
+        profile.tally(named[0][0], [name for name, is_merkle in named if is_merkle], count)
     profile.ticks = 0  # py-spy's own rate varies with load: no per-look average
     return profile
 
@@ -244,12 +252,8 @@ def _sample_inprocess(fn: Callable[[], Any], runs: int, interval: float) -> Prof
                 codes = list(_stack(frame))
                 if not codes or _is_idle(codes[0]):
                     continue
-                profile.busy += 1
-                profile.leaf[_where(codes[0])] += 1
-                merkle = [c for c in codes if c.co_filename.startswith(_MERKLE_DIR)]
-                profile.owner[_where(merkle[0]) if merkle else "(no merkle-db frame)"] += 1
-                for name in {_where(c) for c in merkle}:
-                    profile.cumulative[name] += 1
+                merkle = [_where(c) for c in codes if c.co_filename.startswith(_MERKLE_DIR)]
+                profile.tally(_where(codes[0]), merkle)
             time.sleep(interval)
 
     previous = sys.getswitchinterval()
@@ -257,10 +261,7 @@ def _sample_inprocess(fn: Callable[[], Any], runs: int, interval: float) -> Prof
     thread = threading.Thread(target=sampler, name="bench-sampler", daemon=True)
     thread.start()
     try:
-        start = time.perf_counter()
-        for _ in range(runs):
-            fn()
-        profile.wall = time.perf_counter() - start
+        profile.wall = _timed(fn, runs)
     finally:
         stop.set()
         thread.join()
@@ -387,10 +388,7 @@ def phases(fn: Callable[[], Any], spots: list[Spot], *, runs: int = 1) -> Phases
         setattr(owner, attr, replacement)
         patched.append((owner, attr, original))
     try:
-        start = time.perf_counter()
-        for _ in range(runs):
-            fn()
-        wall = time.perf_counter() - start
+        wall = _timed(fn, runs)
     finally:
         for owner, attr, original in reversed(patched):
             setattr(owner, attr, original)
