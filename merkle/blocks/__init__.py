@@ -4,6 +4,7 @@ from merkle.blocks.cache import ByteLRU
 from merkle.blocks.cid import BLAKE3, CID, DAG_CBOR, RAW, SHA2_256
 from merkle.blocks.codec import check_node, decode_node, encode_node, iter_links, links_of
 from merkle.blocks.store import BLOCK_PREFIX, BlockStore
+from merkle.blocks.walk import walk_levels
 
 __all__ = [
     "BLAKE3",
@@ -19,4 +20,5 @@ __all__ = [
     "encode_node",
     "iter_links",
     "links_of",
+    "walk_levels",
 ]

@@ -15,8 +15,9 @@ from types import TracebackType
 from typing import Any
 
 from merkle.blocks.cid import CID, DAG_CBOR
-from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node, iter_links
+from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
 from merkle.blocks.store import BlockStore
+from merkle.blocks.walk import walk_levels
 from merkle.db.database import Database, check_metadata
 from merkle.db.dbroot import DbRoot
 from merkle.db.readers import ReaderLeaseKeeper
@@ -307,12 +308,8 @@ class Connection:
 
     def _check_whole(self, root: CID) -> None:
         """NotFoundError unless every block ``root`` reaches is stored."""
-        seen = {root}
-        frontier = [root]
-        while frontier:
-            nodes = [cid for cid in frontier if cid.codec == DAG_CBOR]
-            leaves = [cid for cid in frontier if cid.codec != DAG_CBOR]
-            frontier = []
+        for level in walk_levels(self.blocks, [root], set(), use_cache=False):
+            leaves = [cid for cid in level if cid.codec != DAG_CBOR]
             present = self.store.map_bulk(self.blocks.has, leaves)
             for cid, ok in zip(leaves, present, strict=True):
                 if not ok:
@@ -320,11 +317,6 @@ class Connection:
                         f"cannot clone root {root}: block {cid} it reaches is missing "
                         "(garbage-collected?)"
                     )
-            for data in self.blocks.get_many(nodes).values():
-                for link in iter_links(decode_node(data)):
-                    if link not in seen:
-                        seen.add(link)
-                        frontier.append(link)
 
     def drop_db(
         self, name: str, *, message: str | None = None, author: str | None = None

@@ -14,13 +14,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from merkle.blocks.cid import CID, DAG_CBOR
-from merkle.blocks.codec import decode_node, iter_links
 from merkle.blocks.store import BlockStore
+from merkle.blocks.walk import walk_levels
 from merkle.errors import IntegrityError, NotFoundError
 
 __all__ = ["Marker", "ReachabilityError"]
-
-_LEVEL_BATCH = 256  # nodes fetched at once
 
 
 class ReachabilityError(IntegrityError):
@@ -45,37 +43,12 @@ class Marker:
         3``) for the error raised when a reachable block is missing.
         """
         before = len(self.marked)
-        frontier = []
-        for root in roots:
-            if root.bytes not in self.marked:
-                self.marked.add(root.bytes)
-                frontier.append(root)
-        while frontier:
-            nodes = [cid for cid in frontier if cid.codec == DAG_CBOR]
-            frontier = []
-            for i in range(0, len(nodes), _LEVEL_BATCH):
-                for link in self._links(nodes[i : i + _LEVEL_BATCH], where):
-                    if link.bytes not in self.marked:
-                        self.marked.add(link.bytes)
-                        frontier.append(link)
+        try:
+            for level in walk_levels(self.blocks, roots, self.marked):
+                self.nodes_read += sum(1 for cid in level if cid.codec == DAG_CBOR)
+        except (NotFoundError, IntegrityError) as exc:
+            raise ReachabilityError(
+                f"{exc} (reachable from {where}); garbage collection stopped before "
+                "deleting anything: run `merkle verify` and restore the block"
+            ) from exc
         return len(self.marked) - before
-
-    def _links(self, nodes: list[CID], where: str) -> list[CID]:
-        cache = self.blocks.node_cache
-        decoded = {cid: cache.get(cid.bytes) for cid in nodes}
-        missing = [cid for cid, node in decoded.items() if node is None]
-        if missing:
-            try:
-                fetched = self.blocks.get_many(missing)
-            except (NotFoundError, IntegrityError) as exc:
-                raise ReachabilityError(
-                    f"{exc} (reachable from {where}); garbage collection stopped before "
-                    "deleting anything: run `merkle verify` and restore the block"
-                ) from exc
-            for cid, data in fetched.items():
-                decoded[cid] = decode_node(data)
-        self.nodes_read += len(nodes)
-        links: list[CID] = []
-        for node in decoded.values():
-            links.extend(iter_links(node))
-        return links
