@@ -35,9 +35,11 @@ __all__ = [
     "BatchContent",
     "Overlay",
     "batch_tier",
+    "delete_keys",
     "fold",
     "load_batch",
     "merge_tier",
+    "upsert_keys",
     "write_batch",
 ]
 
@@ -64,19 +66,31 @@ class BatchContent:
         return len(self.upserts) + len(self.deletes)
 
 
+def upsert_keys(ts: TableStore, node: BatchNode, key_field: str, codec: KeyCodec) -> KeyIndex:
+    """The sorted encoded keys of a batch's upserts (cached by segment); empty if none."""
+    segment = node.upserts
+    if segment is None:
+        return KeyIndex(empty_keys(codec))
+    return ts.key_index(
+        segment, lambda: combine(codec.encode_array(ts.segment(segment).column(key_field)))
+    )
+
+
+def delete_keys(ts: TableStore, cid: CID, node: BatchNode) -> KeyIndex:
+    """The sorted encoded keys a batch deletes (cached by batch)."""
+    return ts.key_index(cid, lambda: pa.array(list(node.deletes), type=pa.binary()), part="deletes")
+
+
 def load_batch(ts: TableStore, cid: CID, key_field: str, codec: KeyCodec) -> BatchContent:
     """Read a batch node and its upserts segment."""
     node = ts.batch(cid)
     key_type = empty_keys(codec).type
+    keys = upsert_keys(ts, node, key_field, codec).keys
     if node.upserts is None:
         table = pa.table({key_field: pa.array([], type=codec.arrow_type)})
-        upserts = SortedRows(table, pa.array([], type=key_type))
     else:
         table = ts.segment(node.upserts)
-        keys = ts.key_index(
-            node.upserts, lambda: combine(codec.encode_array(table.column(key_field)))
-        ).keys
-        upserts = SortedRows(table, keys)
+    upserts = SortedRows(table, keys)
     deletes = pa.array(list(node.deletes), type=key_type)
     return BatchContent(
         upserts,

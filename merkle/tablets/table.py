@@ -17,8 +17,16 @@ import pyarrow as pa
 
 from merkle.blocks.cid import CID
 from merkle.errors import UsageError
-from merkle.tablets.batch import BatchContent, Overlay, fold, load_batch, merge_tier, write_batch
-from merkle.tablets.keyindex import combine
+from merkle.tablets.batch import (
+    BatchContent,
+    Overlay,
+    delete_keys,
+    fold,
+    load_batch,
+    merge_tier,
+    upsert_keys,
+    write_batch,
+)
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
 from merkle.tablets.keys import key_codec as parse_key_codec
 from merkle.tablets.nodes import BASE, ChildRef, Limits, TableRoot
@@ -309,22 +317,11 @@ class Table:
             batch = self.ts.batch(cid)
             todo = [keys[int(i)] for i in where]
             if batch.upserts is not None:
-                segment = batch.upserts
-
-                def upsert_keys(c: CID = segment) -> pa.Array:
-                    return combine(codec.encode_array(self.ts.segment(c).column(key_field)))
-
-                hit = where[np.array(self.ts.key_index(segment, upsert_keys).find(todo)) >= 0]
+                hit = where[np.array(upsert_keys(self.ts, batch, key_field, codec).find(todo)) >= 0]
                 live[hit] = True
                 undecided[hit] = False
             if batch.deletes:
-                gone_keys = batch.deletes
-
-                def delete_keys(keys: tuple[bytes, ...] = gone_keys) -> pa.Array:
-                    return pa.array(list(keys), type=pa.binary())
-
-                index = self.ts.key_index(cid, delete_keys, part="deletes")
-                hit = where[np.array(index.find(todo)) >= 0]
+                hit = where[np.array(delete_keys(self.ts, cid, batch).find(todo)) >= 0]
                 live[hit] = False
                 undecided[hit] = False
         return live
