@@ -16,7 +16,7 @@ import click
 
 import merkle
 from merkle.cli.common import CliError, connection, say
-from merkle.cli.output import emit_record, format_option
+from merkle.cli.output import default_format, emit_record, format_option
 from merkle.gc import GCReport, VerifyReport
 
 __all__ = ["gc", "verify"]
@@ -42,6 +42,14 @@ class _Progress:
             )
         self.bar.update(done - self.done)
         self.done = done
+
+
+def _emit(summary: str, record: dict[str, Any], fmt: str | None) -> None:
+    """The readable summary as a table (a terminal's default), else the report's numbers."""
+    if (fmt or default_format()) == "table":
+        say(summary)
+    else:
+        emit_record(record, fmt)
 
 
 def _gc_record(report: GCReport) -> dict[str, Any]:
@@ -108,10 +116,7 @@ def gc(
             grace=grace,
             progress=_Progress(stack),
         )
-    if (fmt is None and sys.stdout.isatty()) or fmt == "table":
-        say(report.summary())
-    else:
-        emit_record(_gc_record(report), fmt)
+    _emit(report.summary(), _gc_record(report), fmt)
 
 
 def _verify_record(report: VerifyReport) -> dict[str, Any]:
@@ -138,10 +143,7 @@ def verify(db: str | None, fmt: str | None) -> None:
     conn = connection()
     with ExitStack() as stack:
         report = merkle.verify(conn, db, progress=_Progress(stack))
-    if (fmt is None and sys.stdout.isatty()) or fmt == "table":
-        say(report.summary())
-    else:
-        emit_record(_verify_record(report), fmt)
+    _emit(report.summary(), _verify_record(report), fmt)
     if not report.ok:
         first = (report.missing or report.corrupt)[0]
         raise CliError(

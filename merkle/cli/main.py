@@ -56,7 +56,7 @@ def cli(ctx: click.Context, lake: str | None, options: dict[str, object]) -> Non
 
 
 #: Every subcommand of ``merkle``, in the order ``merkle --help`` lists them
-#: (click sorts them by name). Add ``gc`` and ``verify`` here.
+#: (click sorts them by name).
 COMMANDS: list[click.Command] = [db, table, load, scan, get, compact, gc, verify]
 
 for _command in COMMANDS:
