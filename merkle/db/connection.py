@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from datetime import datetime
 from types import TracebackType
 from typing import Any
@@ -35,6 +36,9 @@ from merkle.storage.base import ObjectStore, open_store
 from merkle.tablets.store import DEFAULT_WORKERS, TableStore
 
 __all__ = ["Connection", "connect"]
+
+#: Attempts of a create that a collection's fence of a dropped journal got ahead of.
+_CREATE_ATTEMPTS = 8
 
 #: The lake's settings object, written once when the lake is first used.
 CONFIG_KEY = "config"
@@ -286,17 +290,29 @@ class Connection:
         node = DbRoot({}, metadata).to_node()
         with self.writer_lease(name) as ticket:
             cid = self.blocks.put_node(node, refresh_before=ticket.lease.start)
-            try:
-                entry = self.refs.commit(name, None, str(cid), message=message, author=author)
-            except JournalConflictError:
-                raise UsageError(
-                    f"database {name!r} was created by another writer just now"
-                ) from None
+            entry = self._create_entry(
+                name, lambda: self.refs.commit(name, None, str(cid), message=message, author=author)
+            )
             raced = self._settle(ticket, entry)
         if raced:
             with self.writer_lease(name) as again:
                 self.blocks.put_node(node, refresh_before=again.lease.start)
         return self._database(entry)
+
+    def _create_entry(self, name: str, create: Callable[[], JournalEntry]) -> JournalEntry:
+        """Run ``create`` (entry 0, or the entry after a drop); UsageError if another won.
+
+        A garbage collection may fence a dropped database's journal (an entry
+        that drops it again) in between: that is no creation, so try again.
+        """
+        for _ in range(_CREATE_ATTEMPTS):
+            try:
+                return create()
+            except JournalConflictError:
+                head = self.refs.head(name)
+                if head is None or not head.dropped or not head.fence:
+                    break
+        raise UsageError(f"database {name!r} was created by another writer just now")
 
     def _clone(
         self, name: str, root: Database | str, message: str | None, author: str | None
@@ -319,26 +335,28 @@ class Connection:
             cid = CID.parse(root)
             DbRoot.from_node(self.blocks.get_node(cid), cid)
         with self.writer_lease(name) as ticket:
-            try:
-                if isinstance(root, Database):
-                    self.refs.get(root.name, root.version)
-                    entry = self.refs.clone(
-                        root.name, name, root.version, message=message, author=author
-                    )
-                else:
-                    self._check_whole(cid)
-                    entry = self.refs.commit(
+            if isinstance(root, Database):
+                self.refs.get(root.name, root.version)
+                source = root
+                entry = self._create_entry(
+                    name,
+                    lambda: self.refs.clone(
+                        source.name, name, source.version, message=message, author=author
+                    ),
+                )
+            else:
+                self._check_whole(cid)
+                entry = self._create_entry(
+                    name,
+                    lambda: self.refs.commit(
                         name,
                         None,
                         str(cid),
                         meta={"cloned_root": str(cid)},
                         message=message,
                         author=author,
-                    )
-            except JournalConflictError:
-                raise UsageError(
-                    f"database {name!r} was created by another writer just now"
-                ) from None
+                    ),
+                )
             raced = self._settle(ticket, entry)
         if raced:
             assert entry.root is not None

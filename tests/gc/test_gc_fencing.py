@@ -198,3 +198,24 @@ def test_build_table_with_tablets_still_stored_commits(lake: Lake) -> None:
         old_tablets = [t["id"] for t in conn.open_db("shop", version=v1.version).list_tablets("t")]
         restored = conn.open_db("shop").build_table("t", old_tablets).commit(message="restore")
         assert same_dump(dump(restored), dump(v1))
+
+
+def test_creating_a_dropped_database_again_retries_past_a_fence(
+    lake: Lake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    revert_history(lake)
+    with connect(lake) as conn:
+        conn.drop_db("shop")
+        real = conn.refs.commit
+        fenced: list[int] = []
+
+        def fence_first(*args: Any, **kwargs: Any) -> Any:
+            if not fenced:  # a collection fences the dropped journal just before the put
+                fenced.append(conn.refs.fence("shop", 7).version)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(conn.refs, "commit", fence_first)
+        again = conn.create_db("shop")
+        assert again.version == fenced[0] + 1
+        assert again.list_tables() == []
+        assert conn.refs.get("shop", fenced[0]).fence
