@@ -20,10 +20,19 @@ from merkle.blocks.store import BlockStore
 from merkle.blocks.walk import walk_levels
 from merkle.db.database import Database, check_metadata
 from merkle.db.dbroot import DbRoot
+from merkle.db.merge import Resolver, merge
 from merkle.db.readers import ReaderLeaseKeeper
 from merkle.db.writer import WriterSession
 from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError
-from merkle.refs import JournalConflictError, JournalEntry, Lease, LeaseManager, RefManager
+from merkle.refs import (
+    JournalConflictError,
+    JournalEntry,
+    Lease,
+    LeaseManager,
+    RefManager,
+    Tag,
+    TagManager,
+)
 from merkle.storage.base import ObjectStore, open_store
 from merkle.tablets.store import DEFAULT_WORKERS, TableStore
 
@@ -80,6 +89,7 @@ class Connection:
         self.blocks = BlockStore(store, hash=self.hash, cache_bytes=max(1 << 20, cache_bytes // 4))
         self.tables = TableStore(self.blocks, cache_bytes=cache_bytes, workers=workers)
         self.refs = RefManager(store)
+        self.tag_refs = TagManager(store)
         self.leases = LeaseManager(store)
         self._writer = WriterSession(self.leases, ttl=WRITER_LEASE_TTL)
         self._readers = ReaderLeaseKeeper(self.leases)
@@ -176,15 +186,20 @@ class Connection:
         version: int | None = None,
         at: datetime | None = None,
         *,
+        tag: str | None = None,
         lease: bool = False,
     ) -> Database:
-        """The head of a database, or a past version (``version=n`` or ``at=datetime``).
+        """The head of a database, or a past version (``version=n``, ``at=datetime``, ``tag=``).
 
         With ``lease=True`` the value holds a reader lease: garbage collection
         keeps every block of this version until ``release()`` (or the end of a
         ``with`` block), even if retention drops the version meanwhile.
         """
-        entry = self._resolve(name, version, at)
+        entry = (
+            self._resolve(name, version, at)
+            if tag is None
+            else self._tagged(name, tag, version, at)
+        )
         if not lease or entry.root is None:
             return self._database(entry)
         # Lease first, then check the entry is still in the journal, and only then read
@@ -199,6 +214,21 @@ class Connection:
             raise
         db._reader = handle
         return db
+
+    def _tagged(
+        self, name: str, tag: str, version: int | None, at: datetime | None
+    ) -> JournalEntry:
+        if version is not None or at is not None:
+            raise UsageError("open_db takes one of version=, at= and tag=")
+        found = self.tag_refs.get(name, tag)
+        entry = self.refs.get(name, found.version)
+        if entry.root != found.root:
+            raise IntegrityError(
+                f"tag {tag!r} of database {name!r} names version {found.version} with root "
+                f"{found.root}, but the journal holds {entry.root}: the tag or the journal "
+                "was altered from outside"
+            )
+        return entry
 
     def _resolve(self, name: str, version: int | None, at: datetime | None) -> JournalEntry:
         """The journal entry ``open_db`` means (no block is read)."""
@@ -317,6 +347,62 @@ class Connection:
                         f"cannot clone root {root}: block {cid} it reaches is missing "
                         "(garbage-collected?)"
                     )
+
+    # -- versions as data ------------------------------------------------------------
+
+    def tag(
+        self,
+        db: str,
+        name: str,
+        version: int | None = None,
+        *,
+        message: str | None = None,
+        author: str | None = None,
+    ) -> Tag:
+        """Name ``version`` of ``db`` (default: its head) ``name``: kept whatever the retention.
+
+        Written under a writer lease and checked against the journal after,
+        so a collection either sees the tag or the tag is refused.
+        """
+        entry = self._resolve(db, version, None)
+        if entry.root is None:
+            raise NotFoundError(f"version {entry.version} of {db!r} is a drop; it cannot be tagged")
+        with self.writer_lease(db):
+            made = self.tag_refs.create(
+                db, name, entry.version, entry.root, author=author, message=message
+            )
+            try:
+                self.refs.get(db, entry.version)
+            except NotFoundError:
+                self.tag_refs.delete(db, name)
+                raise
+        return made
+
+    def tags(self, db: str) -> list[Tag]:
+        """The tags of ``db``, sorted by name (``.name .version .root .time``)."""
+        return self.tag_refs.list(db)
+
+    def delete_tag(self, db: str, name: str) -> Tag:
+        """Remove a tag (retention may then trim its version); the tag removed."""
+        return self.tag_refs.delete(db, name)
+
+    def merge(
+        self,
+        source: Database | str,
+        into: str,
+        *,
+        base: Database | int | None = None,
+        resolve: Resolver = "fail",
+        message: str | None = None,
+        author: str | None = None,
+    ) -> Database:
+        """Merge ``source`` into the head of ``into`` from their common ancestor, and commit.
+
+        See :mod:`merkle.db.merge` for the rules; ``resolve`` is ``"fail"``
+        (MergeConflictError), ``"ours"``, ``"theirs"`` or a function of one
+        conflict. Returns the new head of ``into``.
+        """
+        return merge(self, source, into, base=base, resolve=resolve, message=message, author=author)
 
     def drop_db(
         self, name: str, *, message: str | None = None, author: str | None = None

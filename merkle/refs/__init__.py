@@ -16,7 +16,8 @@ from merkle.refs.errors import (
 from merkle.refs.gclock import GCLock, LockState, WritersBusyError
 from merkle.refs.journal import RefManager
 from merkle.refs.leases import DEFAULT_SKEW_MARGIN, DEFAULT_WRITER_WAIT, Lease, LeaseManager
-from merkle.refs.names import check_db_name
+from merkle.refs.names import check_db_name, check_tag_name
+from merkle.refs.tags import Tag, TagManager
 
 __all__ = [
     "DEFAULT_SKEW_MARGIN",
@@ -31,6 +32,9 @@ __all__ = [
     "LockHeldError",
     "LockState",
     "RefManager",
+    "Tag",
+    "TagManager",
     "WritersBusyError",
     "check_db_name",
+    "check_tag_name",
 ]

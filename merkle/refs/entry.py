@@ -5,7 +5,13 @@ map::
 
     {type: "merkle/journal-entry", v: 1, db, version: n, root: link | null,
      parent: n-1 | null, time: microseconds since the epoch (UTC),
-     author, message, meta: {...}, forked_from: {db, version} | null}
+     author, message, meta: {...}, forked_from: {db, version} | null,
+     merged_from: {db, version}}          # only in merge commits
+
+``merged_from`` names the second parent of a merge commit. It is written
+only by merges, so every other entry has the same bytes as before it
+existed, and a reader that does not know it reads a merge as an ordinary
+commit of its first parent.
 
 Trimming replaces an entry with a small tombstone at the same key::
 
@@ -60,7 +66,8 @@ class JournalEntry:
     ``root`` is the CID string of the database root block, or None for a
     drop. ``parent`` is the previous entry's version (None for entry 0).
     ``time`` is tz-aware UTC and never earlier than the parent's time.
-    ``forked_from`` is ``{"db": name, "version": n}`` for a clone.
+    ``forked_from`` is ``{"db": name, "version": n}`` for a clone;
+    ``merged_from`` is the same for the second parent of a merge commit.
     """
 
     db: str
@@ -72,6 +79,7 @@ class JournalEntry:
     message: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     forked_from: dict[str, Any] | None = None
+    merged_from: dict[str, Any] | None = None
 
     @property
     def dropped(self) -> bool:
@@ -150,21 +158,22 @@ def from_micros(micros: int) -> datetime:
 
 def encode_entry(entry: JournalEntry) -> bytes:
     """The stored bytes of ``entry`` (deterministic DAG-CBOR)."""
-    return encode_node(
-        {
-            "type": ENTRY_TYPE,
-            "v": NODE_VERSION,
-            "db": entry.db,
-            "version": entry.version,
-            "root": None if entry.root is None else CID.parse(entry.root),
-            "parent": entry.parent,
-            "time": to_micros(entry.time),
-            "author": entry.author,
-            "message": entry.message,
-            "meta": entry.meta,
-            "forked_from": entry.forked_from,
-        }
-    )
+    node: dict[str, Any] = {
+        "type": ENTRY_TYPE,
+        "v": NODE_VERSION,
+        "db": entry.db,
+        "version": entry.version,
+        "root": None if entry.root is None else CID.parse(entry.root),
+        "parent": entry.parent,
+        "time": to_micros(entry.time),
+        "author": entry.author,
+        "message": entry.message,
+        "meta": entry.meta,
+        "forked_from": entry.forked_from,
+    }
+    if entry.merged_from is not None:
+        node["merged_from"] = entry.merged_from  # absent otherwise: old bytes unchanged
+    return encode_node(node)
 
 
 def encode_trimmed(entry: JournalEntry | TrimmedEntry) -> bytes:
@@ -248,11 +257,8 @@ def decode_slot(data: bytes, key: str, db: str, version: int | None) -> JournalE
     parent = fields.get("parent", int, optional=True)
     if (found == 0) != (parent is None) or (parent is not None and parent != found - 1):
         raise fields.fail(f"version {found} names parent {parent!r}")
-    forked = fields.get("forked_from", dict, optional=True)
-    if forked is not None:
-        inner = _Fields(forked, key)
-        inner.get("db", str)
-        inner.get("version", int)
+    forked = _parent_link(fields, "forked_from")
+    merged = _parent_link(fields, "merged_from") if "merged_from" in node else None
     return JournalEntry(
         db=db,
         version=found,
@@ -263,4 +269,15 @@ def decode_slot(data: bytes, key: str, db: str, version: int | None) -> JournalE
         message=fields.get("message", str, optional=True),
         meta=fields.get("meta", dict),
         forked_from=forked,
+        merged_from=merged,
     )
+
+
+def _parent_link(fields: _Fields, name: str) -> dict[str, Any] | None:
+    """A ``{db, version}`` link to another journal's entry (or None)."""
+    link = fields.get(name, dict, optional=True)
+    if link is not None:
+        inner = _Fields(link, fields.key)
+        inner.get("db", str)
+        inner.get("version", int)
+    return link  # type: ignore[no-any-return]

@@ -80,7 +80,7 @@ def _check_root(root: object) -> str | None:
     return str(CID.parse(root))
 
 
-def _check_fork(forked_from: object) -> dict[str, Any] | None:
+def _check_fork(forked_from: object, what: str = "forked_from") -> dict[str, Any] | None:
     if forked_from is None:
         return None
     if (
@@ -88,9 +88,9 @@ def _check_fork(forked_from: object) -> dict[str, Any] | None:
         or set(forked_from) != {"db", "version"}
         or not isinstance(forked_from["db"], str)
     ):
-        raise UsageError(f"forked_from must be {{'db': name, 'version': n}}, got {forked_from!r}")
+        raise UsageError(f"{what} must be {{'db': name, 'version': n}}, got {forked_from!r}")
     check_db_name(forked_from["db"])
-    _check_version(forked_from["version"], "forked_from['version']")
+    _check_version(forked_from["version"], f"{what}['version']")
     return dict(forked_from)
 
 
@@ -284,6 +284,7 @@ class RefManager:
         message: str | None = None,
         meta: dict[str, Any] | None = None,
         forked_from: dict[str, Any] | None = None,
+        merged_from: dict[str, Any] | None = None,
     ) -> JournalEntry:
         """Append version ``expected_version + 1`` of ``db`` holding ``root``; return its entry.
 
@@ -302,6 +303,7 @@ class RefManager:
         if meta is not None and not isinstance(meta, dict):
             raise UsageError(f"meta must be a dict, got {type(meta).__name__}")
         forked_from = _check_fork(forked_from)
+        merged_from = _check_fork(merged_from, "merged_from")
         if expected_version is None:
             if root is None:
                 raise UsageError(
@@ -332,6 +334,7 @@ class RefManager:
             message=message,
             meta=dict(meta or {}),
             forked_from=forked_from,
+            merged_from=merged_from,
         )
         data = encode_entry(entry)
         key = entry_key(db, entry.version)

@@ -62,8 +62,18 @@ def create_table(db: merkle.Database, name: str) -> merkle.Database:
     )
 
 
-def apply(db: merkle.Database, model: Model, steps: list[Any]) -> merkle.Database:
-    """Apply ``steps`` to ``db`` and ``model`` alike; commit at the end."""
+_GENERATIONS = iter(range(1, 1 << 62))
+
+
+def apply(
+    db: merkle.Database, model: Model, steps: list[Any], gens: dict[str, int] | None = None
+) -> merkle.Database:
+    """Apply ``steps`` to ``db`` and ``model`` alike; commit at the end.
+
+    ``gens`` (table -> a number made when the table was created) tells a
+    table dropped and created again from the one before.
+    """
+    gens = {} if gens is None else gens
     for kind, table, arg in steps:
         if kind == "commit":
             db = db.commit()
@@ -73,10 +83,12 @@ def apply(db: merkle.Database, model: Model, steps: list[Any]) -> merkle.Databas
             if not exists:
                 db = create_table(db, table)
                 model[table] = {}
+                gens[table] = next(_GENERATIONS)
         elif kind == "drop":
             if exists:
                 db = db.drop_table(table)
                 del model[table]
+                gens.pop(table, None)
         elif not exists:
             continue
         elif kind == "write":
