@@ -19,7 +19,7 @@ from .history import HISTORY, apply, copy_model, state
 Rows = dict[int, dict[str, Any]]
 
 
-class _Conflict(Exception):
+class _ConflictError(Exception):
     pass
 
 
@@ -43,7 +43,7 @@ def _rows(base: Rows, ours: Rows, theirs: Rows, resolve: Any) -> Rows:
         elif resolve == "theirs":
             value = t
         elif resolve == "fail":
-            raise _Conflict(k)
+            raise _ConflictError(k)
         else:
             value = resolve({"key": k, "base": b, "ours": o, "theirs": t})
         if value is not None:
@@ -54,7 +54,7 @@ def _rows(base: Rows, ours: Rows, theirs: Rows, resolve: Any) -> Rows:
 def reference(
     base: Any, ours: Any, theirs: Any, gens: tuple[Any, Any, Any], resolve: Any
 ) -> dict[str, Rows]:
-    """The merged contents, or _Conflict when the merge must fail."""
+    """The merged contents, or _ConflictError when the merge must fail."""
     gb, go, gt = gens
     out = {}
     for name in set(base) | set(ours) | set(theirs):
@@ -82,7 +82,7 @@ def reference(
         elif resolve in ("ours", "theirs"):
             result = o if resolve == "ours" else t
         else:
-            raise _Conflict(name)
+            raise _ConflictError(name)
         if result is not None:
             out[name] = result
     return out
@@ -108,7 +108,7 @@ def test_merge_equals_the_reference_merge_for_every_resolver(
                 expected = reference(
                     base_model, model, dev_model, (base_gens, gens, dev_gens), resolve
                 )
-            except _Conflict:
+            except _ConflictError:
                 with pytest.raises(MergeConflictError):
                     conn.merge("dev", "main", resolve=resolve)
                 assert conn.open_db("main").version == main.version  # nothing committed
