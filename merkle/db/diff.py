@@ -24,7 +24,9 @@ from merkle.tablets.segment import arrow_to_records, concat_segments
 from merkle.tablets.table import Table
 
 if TYPE_CHECKING:
+    from merkle.db.connection import Connection
     from merkle.db.database import Database
+    from merkle.refs import JournalEntry
 
 __all__ = [
     "CHANGE_DELETE",
@@ -32,6 +34,7 @@ __all__ = [
     "CHANGE_UPDATE",
     "DatabaseDiff",
     "TableDiff",
+    "commit_counts",
     "diff_databases",
     "resolve_other",
 ]
@@ -351,3 +354,27 @@ def diff_databases(
             diff = TableDiff(name, before, after, fields)
         tables[name] = diff
     return DatabaseDiff(old, new, tables, old.metadata != new.metadata)
+
+
+def commit_counts(conn: Connection, entry: JournalEntry) -> ChangeCounts | None:
+    """Records a committed version inserted, updated and deleted (None for a drop).
+
+    Measured against its first parent: the previous entry, the source of a
+    clone, or nothing for a database's first version. Reads only what differs.
+    """
+    if entry.root is None:
+        return None
+    new = conn.open_db(entry.db, version=entry.version)
+    if entry.forked_from is not None:
+        old = conn.open_db(entry.forked_from["db"], version=entry.forked_from["version"])
+    elif entry.parent is not None and conn.refs.get(entry.db, entry.parent).root is not None:
+        old = conn.open_db(entry.db, version=entry.parent)
+    else:
+        total = ChangeCounts()
+        for name in new.list_tables():
+            total += count_changes(None, new._table(name))
+        return total
+    total = ChangeCounts()
+    for table in diff_databases(new, old).tables.values():
+        total += table.counts()
+    return total

@@ -74,7 +74,7 @@ def _diff_cost(rows: int, tablet: int, change: str) -> None:
         before = {t["id"] for t in plain.open_db("big", version=old.version).list_tablets("t")}
         after = {t["id"] for t in plain.open_db("big", version=new.version).list_tablets("t")}
         table_bytes = sum(_blocks(plain, old.root).values())
-        differing = sorted((before ^ after))
+        differing = sorted(before ^ after)
         head = plain.open_db("big", version=new.version)
         pending = [str(c) for c in head._table("t").root.pending]
         holding = set(differing)

@@ -75,7 +75,8 @@ def test_a_second_push_of_the_same_version_copies_nothing(
     with merkle.Connection(counting) as dst:
         report = merkle.sync(src, dst, "shop")
         assert report.up_to_date
-        assert counting.block_writes == 0 and counting.block_reads == 0
+        assert counting.block_writes == 0
+        assert counting.block_reads == 0
 
 
 def test_push_of_one_version_under_another_name(
@@ -86,7 +87,8 @@ def test_push_of_one_version_under_another_name(
     report = merkle.sync(src, dst, "shop", version=1, as_name="shop-copy")
     assert report.source_versions == [1]
     copy = dst.open_db("shop-copy")
-    assert copy.version == 0 and copy.root == db.root
+    assert copy.version == 0
+    assert copy.root == db.root
     assert dst.list_dbs() == ["shop-copy"]
 
 
@@ -138,7 +140,7 @@ def test_resume_after_a_partial_copy_whose_children_a_collection_deleted(
     db = _shop(src)
     root = CID.parse(db.root)
 
-    class Stop(Exception):
+    class StopError(Exception):
         pass
 
     written = 0
@@ -147,9 +149,9 @@ def test_resume_after_a_partial_copy_whose_children_a_collection_deleted(
         nonlocal written
         written += n
         if written >= 3:
-            raise Stop
+            raise StopError
 
-    with dst.writer_lease("shop") as lease, pytest.raises(Stop):
+    with dst.writer_lease("shop") as lease, pytest.raises(StopError):
         copy_dag(
             src.blocks, dst.blocks, [root], [], refresh_before=lease.start, on_write=stop_after_some
         )
