@@ -383,8 +383,15 @@ class Connection:
         return self.tag_refs.list(db)
 
     def delete_tag(self, db: str, name: str) -> Tag:
-        """Remove a tag (retention may then trim its version); the tag removed."""
-        return self.tag_refs.delete(db, name)
+        """Remove a tag (retention may then trim its version); the tag removed.
+
+        A version the tag alone kept below the retention point is trimmed at
+        once: nothing else keeps its blocks from garbage collection now.
+        """
+        gone = self.tag_refs.delete(db, name)
+        if all(t.version != gone.version for t in self.tag_refs.list(db)):
+            self.refs.trim_kept(db, gone.version)
+        return gone
 
     def merge(
         self,

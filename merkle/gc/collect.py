@@ -36,6 +36,7 @@ from merkle.errors import NotFoundError
 from merkle.gc.mark import Marker
 from merkle.gc.policy import Policy, Retention, load_policy, parse_duration
 from merkle.gc.report import DatabaseReport, GCReport
+from merkle.gc.tags import TagRoots
 from merkle.refs import GCLock, JournalEntry, WritersBusyError
 
 if TYPE_CHECKING:
@@ -126,6 +127,7 @@ class _Run:
         self.heads: dict[str, int] = {}
         self.trim_before: dict[str, int] = {}
         self.readers: set[str] = set()
+        self.tags = TagRoots(conn)
         self._clock = time.perf_counter()
 
     def phase(self, name: str) -> None:
@@ -171,6 +173,12 @@ class _Run:
             self.marker.mark([CID.parse(lease.root)], where)
         self.report.reader_leases = len(self.readers)
 
+    def mark_tags(self) -> None:
+        """Tags: read them (again) and mark their roots; the report lists them."""
+        self.tags.refresh()
+        self.tags.mark(self.marker)
+        self.report.tags = self.tags.listing()
+
     def remark_moved(self) -> None:
         """Mark what commits made since the first mark (new heads, new databases).
 
@@ -186,6 +194,7 @@ class _Run:
                 moved.append(name)
         self.mark_databases(moved, floors=dict(self.trim_before))
         self.mark_readers()
+        self.mark_tags()
 
 
 def gc(
@@ -225,6 +234,7 @@ def gc(
 
     run.mark_databases(journal_names(conn))
     run.mark_readers()
+    run.mark_tags()
     run.phase("mark")
 
     listed = list(conn.blocks.list())
@@ -257,8 +267,9 @@ def gc(
             # then checks its version's entry, so it either is seen below or finds
             # its version trimmed and backs off.
             lock.ensure_held()
+            run.tags.refresh()  # every tag made before the lock is written by now
             for name, first in run.trim_before.items():
-                conn.refs.trim(name, first)
+                conn.refs.trim(name, first, keep=run.tags.keep(name))
             run.phase("trim")
         run.remark_moved()
         run.phase("remark")

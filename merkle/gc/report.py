@@ -73,6 +73,7 @@ class GCReport:
     writer_leases_waited: int = 0
     sweep_skipped: str | None = None  # why nothing was deleted, when writers outlived the wait
     databases: dict[str, DatabaseReport] = field(default_factory=dict)
+    tags: list[dict[str, Any]] = field(default_factory=list)  # versions kept by tags
     phases: dict[str, float] = field(default_factory=dict)
     freed: list[str] = field(default_factory=list)
     report_key: str | None = None
@@ -95,6 +96,9 @@ class GCReport:
                 f"  {name}: {state}, {db.versions_kept} versions kept, "
                 f"{db.versions_trimmed} {'to trim' if self.dry_run else 'trimmed'}"
             )
+        if self.tags:
+            kept = ", ".join(f"{t['db']} v{t['version']} ({t['tag']})" for t in self.tags)
+            lines.append(f"  kept by tags: {kept}")
         phases = ", ".join(f"{k} {v:.2f}s" for k, v in self.phases.items())
         lines.append(f"time: {phases}")
         return "\n".join(lines)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -567,12 +567,14 @@ class RefManager:
             forked_from={"db": src.db, "version": src.version},
         )
 
-    def trim(self, db: str, before_version: int) -> int:
+    def trim(self, db: str, before_version: int, *, keep: Collection[int] = ()) -> int:
         """Remove the entries of ``db`` older than ``before_version``, never the head.
 
         Each removed entry is replaced by a small tombstone (its slot must
-        never be created again), then the retention marker moves up. Returns
-        how many entries were removed by this call; repeating it is harmless.
+        never be created again), then the retention marker moves up. Entries
+        in ``keep`` (tagged versions) stay below the marker: reading them by
+        version works as before. Returns how many entries were removed by
+        this call; repeating it is harmless.
         """
         db = check_db_name(db)
         before_version = _check_version(before_version, "before_version")
@@ -588,13 +590,25 @@ class RefManager:
             tombstones = [
                 (entry_key(db, slot.version), encode_trimmed(slot))
                 for slot in slots
-                if isinstance(slot, JournalEntry)
+                if isinstance(slot, JournalEntry) and slot.version not in keep
             ]
             self.store.put_many(tombstones)
             removed += len(tombstones)
         if stop > start:
             self.store.put(trimmed_key(db), str(stop).encode("ascii"))
         return removed
+
+    def trim_kept(self, db: str, version: int) -> bool:
+        """Trim one entry that a tag kept below the retention marker; whether it was."""
+        db = check_db_name(db)
+        head = self.head(db)
+        if head is None or version >= min(self._marker(db), head.version):
+            return False
+        slot = self._read(db, version)
+        if not isinstance(slot, JournalEntry):
+            return False
+        self.store.put(entry_key(db, version), encode_trimmed(slot))
+        return True
 
 
 def _valid_name(name: str) -> bool:
