@@ -216,3 +216,59 @@ def test_push_from_files_to_s3_and_pull_back(
         merkle.sync(remote, other, "shop")
         assert other.open_db("shop").root == db.root
         _verified(other, "shop")
+
+
+def test_a_collection_on_the_source_during_a_push_keeps_what_the_push_reads(
+    src: merkle.Connection, dst: merkle.Connection
+) -> None:
+    """The push holds a reader lease on the version it copies: GC keeps it even when
+    retention trims that version meanwhile."""
+    db = _shop(src)
+    sent = db.root
+    collected: list[merkle.gc.GCReport] = []
+
+    def collect_once(_n: int) -> None:
+        if collected:
+            return
+        newer = src.open_db("shop")
+        for i in range(3):
+            newer = (
+                newer.write(
+                    "orders", [{"id": j, "amount": -1.0} for j in range(i * 500, i * 500 + 500)]
+                )
+                .compact()
+                .commit()
+            )
+        collected.append(merkle.gc(src, keep_versions=1, grace="0s"))
+
+    merkle.sync(src, dst, "shop", version=db.version, progress=collect_once)
+    assert collected
+    assert collected[0].blocks_freed > 0  # the collection did run and free things
+    assert dst.open_db("shop").root == sent
+    _verified(dst, "shop")
+
+
+def test_a_collection_on_the_destination_during_a_push_deletes_nothing_it_needs(
+    src: merkle.Connection, dst: merkle.Connection
+) -> None:
+    """The push holds a writer lease at the destination: a collection there does not
+    sweep under it (and, with the lease gone, the committed version is a root)."""
+    db = _shop(src)
+    reports: list[merkle.gc.GCReport] = []
+
+    def collect_once(_n: int) -> None:
+        if not reports:
+            with merkle.connect(dst.uri, **_options(dst)) as other:
+                reports.append(merkle.gc(other, keep_versions=1, grace="0s", writer_wait=0.0))
+
+    merkle.sync(src, dst, "shop", progress=collect_once)
+    assert reports
+    assert reports[0].blocks_freed == 0
+    _verified(dst, "shop")
+    merkle.gc(dst, keep_versions=1, grace="0s")
+    assert list(dst.open_db("shop").scan("orders")) == list(db.scan("orders"))
+    _verified(dst, "shop")
+
+
+def _options(conn: merkle.Connection) -> dict[str, Any]:
+    return conn.store.reopen_options()
