@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from merkle.blocks.cid import CID
 from merkle.tablets.batch import load_batch
-from merkle.tablets.keyindex import KeyIndex, combine
+from merkle.tablets.keyindex import KeyIndex, as_u64, combine
 from merkle.tablets.nodes import ChildRef
 from merkle.tablets.rows import SortedRows, merge_changes
 from merkle.tablets.segment import (
@@ -388,10 +388,24 @@ def _same(p: object, q: object) -> bool:
 # -- the diff --------------------------------------------------------------------------
 
 
+def _member(keys: pa.Array, others: pa.Array) -> np.ndarray:
+    """Whether each of sorted unique ``keys`` is among sorted unique ``others``."""
+    a, b = as_u64(combine(keys)), as_u64(combine(others))
+    if a is not None and b is not None:  # 8-byte keys: a numpy search, no hashing
+        pos = np.searchsorted(b, a)
+        inside = pos < len(b)
+        found = np.zeros(len(a), dtype=bool)
+        found[inside] = b[pos[inside]] == a[inside]
+        return found
+    if not len(keys) or not len(others):
+        return np.zeros(len(keys), dtype=bool)
+    return _flags(pc.is_in(keys, value_set=others))
+
+
 def _compare(old: SortedRows, new: SortedRows, key_field: str) -> ChangeSet:
     """The changes from ``old`` to ``new`` (both sorted and unique by key)."""
-    in_new = pc.is_in(old.keys, value_set=new.keys).to_numpy(zero_copy_only=False)
-    in_old = pc.is_in(new.keys, value_set=old.keys).to_numpy(zero_copy_only=False)
+    in_new = _member(old.keys, new.keys)
+    in_old = _member(new.keys, old.keys)
     deleted = _filter(old, ~in_new)
     inserted = _filter(new, ~in_old)
     both_old, both_new = _filter(old, in_new), _filter(new, in_old)
