@@ -269,7 +269,11 @@ def gc(
             lock.ensure_held()
             run.tags.refresh()  # every tag made before the lock is written by now
             for name, first in run.trim_before.items():
-                conn.refs.trim(name, first, keep=run.tags.keep(name))
+                tagged = run.tags.keep(name)
+                if tagged:
+                    conn.refs.trim(name, first, keep=tagged)
+                else:
+                    conn.refs.trim(name, first)
             run.phase("trim")
         run.remark_moved()
         run.phase("remark")
