@@ -14,24 +14,25 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from merkle.blocks.cid import CID, DAG_CBOR
+from merkle.blocks.cid import CID
 from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
 from merkle.blocks.store import BlockStore
-from merkle.blocks.walk import walk_levels
+from merkle.blocks.walk import missing_below
 from merkle.db.database import Database, check_metadata
 from merkle.db.dbroot import DbRoot
 from merkle.db.merge import Resolver, merge
 from merkle.db.readers import ReaderLeaseKeeper
-from merkle.db.writer import WriterSession
 from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError
 from merkle.refs import (
     JournalConflictError,
     JournalEntry,
-    Lease,
     LeaseManager,
     RefManager,
     Tag,
     TagManager,
+    WriterSession,
+    WriterTicket,
+    settle_passed_commit,
 )
 from merkle.storage.base import ObjectStore, open_store
 from merkle.tablets.store import DEFAULT_WORKERS, TableStore
@@ -41,9 +42,6 @@ __all__ = ["Connection", "connect"]
 #: The lake's settings object, written once when the lake is first used.
 CONFIG_KEY = "config"
 CONFIG_TYPE = "merkle/lake"
-
-#: Writer leases last this long and are renewed while a commit runs.
-WRITER_LEASE_TTL = 120.0
 
 
 def _lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str, Any]:
@@ -91,8 +89,8 @@ class Connection:
         self.refs = RefManager(store)
         self.tag_refs = TagManager(store)
         self.leases = LeaseManager(store)
-        self._writer = WriterSession(self.leases, ttl=WRITER_LEASE_TTL)
-        self._readers = ReaderLeaseKeeper(self.leases)
+        self._writer = WriterSession(self.leases)
+        self._readers = ReaderLeaseKeeper(self.leases, still_kept=self._still_kept)
         self._closed = False
 
     @property
@@ -125,9 +123,32 @@ class Connection:
 
     # -- leases ----------------------------------------------------------------------
 
-    def writer_lease(self, db: str | None = None) -> contextlib.AbstractContextManager[Lease]:
-        """Hold the connection's writer lease (shared, renewed, GC-aware) for a block."""
+    def _still_kept(self, db: str, version: int, root: str) -> bool:
+        """Whether the journal (or a tag) still holds ``db`` at ``version`` with ``root``."""
+        try:
+            return self.refs.get(db, version).root == root
+        except NotFoundError:
+            tag = self.tag_refs.keeping(db, version)
+            return tag is not None and tag.root == root
+
+    def writer_lease(
+        self, db: str | None = None
+    ) -> contextlib.AbstractContextManager[WriterTicket]:
+        """Hold the connection's writer lease (shared, renewed, GC-aware) for one commit."""
         return self._writer.hold(db)
+
+    def _settle(self, ticket: WriterTicket, entry: JournalEntry) -> bool:
+        """After a journal put: False if no collection raced it; else settle it (True).
+
+        A collection that went on without ``ticket``'s lease may have trimmed
+        the slot the entry landed on or removed blocks it reaches: the entry
+        is checked (``CommitIndeterminateError`` if it cannot be proven) and
+        the caller must then write its blocks again (missing ones only).
+        """
+        if not self._writer.passed(ticket):
+            return False
+        settle_passed_commit(self.refs, self.leases, entry)
+        return True
 
     # -- databases -------------------------------------------------------------------
 
@@ -171,8 +192,12 @@ class Connection:
                 f"{head.version if head else '?'}) while this transaction ran on version "
                 f"{db.version}; its changes were not committed"
             )
-        newer = self.refs.history(db.name, limit=max(0, head.version - db.version))
-        if any(entry.dropped for entry in newer):
+        if head.created is not None and db.entry.created is not None:
+            recreated = head.created != db.entry.created
+        else:  # entries written before incarnations were recorded: read the history between
+            newer = self.refs.history(db.name, limit=max(0, head.version - db.version))
+            recreated = len(newer) < head.version - db.version or any(e.dropped for e in newer)
+        if recreated:
             raise ConflictError(
                 f"database {db.name!r} was dropped and created again by concurrent commits "
                 f"(now at version {head.version}) while this transaction ran on version "
@@ -207,7 +232,8 @@ class Connection:
         # the check fail (see merkle.gc.collect).
         handle = self._readers.hold(entry.db, entry.version, entry.root)
         try:
-            self.refs.get(entry.db, entry.version)
+            if not self._still_kept(entry.db, entry.version, entry.root):
+                self.refs.get(entry.db, entry.version)  # raises why (trimmed, damaged)
             db = self._database(entry)
         except BaseException:
             handle.release()
@@ -221,7 +247,11 @@ class Connection:
         if version is not None or at is not None:
             raise UsageError("open_db takes one of version=, at= and tag=")
         found = self.tag_refs.get(name, tag)
-        entry = self.refs.get(name, found.version)
+        try:
+            entry = self.refs.get(name, found.version)
+        except NotFoundError:
+            assert found.entry is not None
+            return found.entry  # trimmed from the journal: the tag keeps it
         if entry.root != found.root:
             raise IntegrityError(
                 f"tag {tag!r} of database {name!r} names version {found.version} with root "
@@ -239,7 +269,13 @@ class Connection:
                 raise UsageError(f"version must be a non-negative integer, got {version!r}")
             if self.refs.head(name) is None:
                 raise NotFoundError(f"there is no database {name!r} in {self.uri}")
-            return self.refs.get(name, version)
+            try:
+                return self.refs.get(name, version)
+            except NotFoundError:
+                tag = self.tag_refs.keeping(name, version)  # trimmed, but a tag keeps it
+                if tag is None or tag.entry is None:
+                    raise
+                return tag.entry
         if at is not None:
             if not isinstance(at, datetime):
                 raise UsageError(f"at must be a datetime, got {type(at).__name__}")
@@ -283,14 +319,19 @@ class Connection:
                 )
             return self._clone(name, root, message, author)
         check_metadata(metadata, f"metadata of database {name!r}")
-        with self.writer_lease(name) as lease:
-            cid = self.blocks.put_node(DbRoot({}, metadata).to_node(), refresh_before=lease.start)
+        node = DbRoot({}, metadata).to_node()
+        with self.writer_lease(name) as ticket:
+            cid = self.blocks.put_node(node, refresh_before=ticket.lease.start)
             try:
                 entry = self.refs.commit(name, None, str(cid), message=message, author=author)
             except JournalConflictError:
                 raise UsageError(
                     f"database {name!r} was created by another writer just now"
                 ) from None
+            raced = self._settle(ticket, entry)
+        if raced:
+            with self.writer_lease(name) as again:
+                self.blocks.put_node(node, refresh_before=again.lease.start)
         return self._database(entry)
 
     def _clone(
@@ -313,7 +354,7 @@ class Connection:
         else:  # reject a bad root before any lease is written
             cid = CID.parse(root)
             DbRoot.from_node(self.blocks.get_node(cid), cid)
-        with self.writer_lease(name):
+        with self.writer_lease(name) as ticket:
             try:
                 if isinstance(root, Database):
                     self.refs.get(root.name, root.version)
@@ -334,19 +375,25 @@ class Connection:
                 raise UsageError(
                     f"database {name!r} was created by another writer just now"
                 ) from None
+            raced = self._settle(ticket, entry)
+        if raced:
+            assert entry.root is not None
+            try:
+                self._check_whole(CID.parse(entry.root))
+            except NotFoundError:
+                # A collection went on without this (stalled) writer and removed the
+                # source's blocks after they were checked: take the clone back.
+                self.refs.drop(name, entry.version, message="clone rolled back: blocks gone")
+                raise
         return self._database(entry)
 
     def _check_whole(self, root: CID) -> None:
         """NotFoundError unless every block ``root`` reaches is stored."""
-        for level in walk_levels(self.blocks, [root], set(), use_cache=False):
-            leaves = [cid for cid in level if cid.codec != DAG_CBOR]
-            present = self.store.map_bulk(self.blocks.has, leaves)
-            for cid, ok in zip(leaves, present, strict=True):
-                if not ok:
-                    raise NotFoundError(
-                        f"cannot clone root {root}: block {cid} it reaches is missing "
-                        "(garbage-collected?)"
-                    )
+        lost = missing_below(self.blocks, [root])
+        if lost is not None:
+            raise NotFoundError(
+                f"cannot clone root {root}: block {lost} it reaches is missing (garbage-collected?)"
+            )
 
     # -- versions as data ------------------------------------------------------------
 
@@ -368,14 +415,13 @@ class Connection:
         if entry.root is None:
             raise NotFoundError(f"version {entry.version} of {db!r} is a drop; it cannot be tagged")
         with self.writer_lease(db):
-            made = self.tag_refs.create(
-                db, name, entry.version, entry.root, author=author, message=message
-            )
-            try:
-                self.refs.get(db, entry.version)
-            except NotFoundError:
-                self.tag_refs.delete(db, name)
-                raise
+            made = self.tag_refs.create(entry, name, author=author, message=message)
+            if not self._still_kept(db, entry.version, entry.root):
+                self.tag_refs.delete(db, name)  # trimmed (and maybe collected) meanwhile
+                raise NotFoundError(
+                    f"version {entry.version} of {db!r} was removed by retention while it "
+                    "was being tagged"
+                )
         return made
 
     def tags(self, db: str) -> list[Tag]:
@@ -383,15 +429,9 @@ class Connection:
         return self.tag_refs.list(db)
 
     def delete_tag(self, db: str, name: str) -> Tag:
-        """Remove a tag (retention may then trim its version); the tag removed.
-
-        A version the tag alone kept below the retention point is trimmed at
-        once: nothing else keeps its blocks from garbage collection now.
-        """
-        gone = self.tag_refs.delete(db, name)
-        if all(t.version != gone.version for t in self.tag_refs.list(db)):
-            self.refs.trim_kept(db, gone.version)
-        return gone
+        """Remove a tag; the tag removed. A version retention no longer keeps and only
+        the tag kept cannot be opened any more, and the next collection frees it."""
+        return self.tag_refs.delete(db, name)
 
     def merge(
         self,
@@ -418,7 +458,10 @@ class Connection:
         head = self.refs.head(name)
         if head is None or head.root is None:
             raise NotFoundError(f"there is no live database {name!r} in {self.uri} to drop")
-        return self.refs.drop(name, message=message, author=author)
+        with self.writer_lease(name) as ticket:
+            entry = self.refs.drop(name, message=message, author=author)
+            self._settle(ticket, entry)
+        return entry
 
 
 def connect(

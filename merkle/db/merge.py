@@ -38,9 +38,10 @@ import pyarrow.compute as pc
 
 from merkle.db.ancestry import Lineage
 from merkle.db.diff import rekeyed, settings_changed
+from merkle.db.landing import land
 from merkle.db.ops import Op
 from merkle.errors import ConflictError, MergeConflictError, NotFoundError, UsageError
-from merkle.refs import JournalConflictError
+from merkle.refs import JournalConflictError, JournalEntry, WriterTicket
 from merkle.tablets.diff import count_changes, diff_tables, rows_equal
 from merkle.tablets.keyindex import combine
 from merkle.tablets.rows import SortedRows
@@ -455,10 +456,12 @@ def _commit(result: Database, theirs: Database, message: str, author: str | None
     """Commit ``result`` (even with no changes of its own) with both parents recorded."""
     conn = result._conn
     root = result._save_root()
-    with conn.writer_lease() as lease:
-        result._staging.flush_reachable([root], refresh_before=lease.start)
-        conn.leases.ensure_valid(lease)
-        entry = conn.refs.commit(
+
+    def write(ticket: WriterTicket, first: bool) -> None:
+        result._staging.flush_reachable([root], refresh_before=ticket.lease.start)
+
+    def put() -> JournalEntry:
+        return conn.refs.commit(
             result.name,
             result.version,
             str(root),
@@ -466,4 +469,5 @@ def _commit(result: Database, theirs: Database, message: str, author: str | None
             message=message,
             merged_from={"db": theirs.name, "version": theirs.version},
         )
-    return conn._database(entry)
+
+    return conn._database(land(conn, result.name, write, put))

@@ -6,6 +6,7 @@ alone: :class:`RefManager` commits and reads database versions,
 See ``doc/refs.md`` for the formats and protocols.
 """
 
+from merkle.refs.audit import JournalAudit, JournalDamagedError, audit_journal
 from merkle.refs.entry import JournalEntry
 from merkle.refs.errors import (
     JournalConflictError,
@@ -18,12 +19,15 @@ from merkle.refs.journal import RefManager
 from merkle.refs.leases import DEFAULT_SKEW_MARGIN, DEFAULT_WRITER_WAIT, Lease, LeaseManager
 from merkle.refs.names import check_db_name, check_tag_name
 from merkle.refs.tags import Tag, TagManager
+from merkle.refs.writer import WriterSession, WriterTicket, settle_passed_commit
 
 __all__ = [
     "DEFAULT_SKEW_MARGIN",
     "DEFAULT_WRITER_WAIT",
     "GCLock",
+    "JournalAudit",
     "JournalConflictError",
+    "JournalDamagedError",
     "JournalEntry",
     "JournalIndeterminateError",
     "Lease",
@@ -34,7 +38,11 @@ __all__ = [
     "RefManager",
     "Tag",
     "TagManager",
+    "WriterSession",
+    "WriterTicket",
     "WritersBusyError",
+    "audit_journal",
     "check_db_name",
     "check_tag_name",
+    "settle_passed_commit",
 ]

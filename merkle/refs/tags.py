@@ -4,13 +4,15 @@ A tag is one object ``tags/<db>/<name>``, created with ``put_if_absent`` (a
 tag never moves; delete it and tag again to move it)::
 
     {type: "merkle/tag", v: 1, db, name, version, root: link, time,
-     author, message}
+     author, message, entry: bytes}
 
-The root link makes the tag a garbage-collection root of its own: the
-version's blocks stay while the tag exists, whatever the retention, and GC
-keeps the tagged version's journal entry too (see ``doc/versions.md``).
-Tags live outside ``refs/<db>/`` so that the journal's own objects stay
-exactly what the journal protocol expects there.
+``entry`` is a copy of the tagged version's journal entry, byte for byte.
+The journal keeps only the versions from its retention floor to its head;
+the tag keeps its version apart from that: the root link makes the tag a
+garbage-collection root of its own, and the entry copy lets the version be
+opened (by tag or by number) after retention has trimmed its slot. Tags
+live outside ``refs/<db>/`` so that the journal's own objects stay exactly
+what the journal protocol expects there (see ``doc/versions.md``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,13 @@ from datetime import UTC, datetime
 from merkle.blocks.cid import CID
 from merkle.blocks.codec import NODE_VERSION, decode_node, encode_node
 from merkle.errors import IntegrityError, NotFoundError, UsageError
-from merkle.refs.entry import from_micros, to_micros
+from merkle.refs.entry import (
+    JournalEntry,
+    decode_slot,
+    encode_entry,
+    from_micros,
+    to_micros,
+)
 from merkle.refs.names import check_db_name, check_tag_name
 from merkle.storage.base import ObjectStore
 
@@ -48,9 +56,11 @@ class Tag:
     time: datetime
     author: str | None = None
     message: str | None = None
+    entry: JournalEntry | None = None  # the tagged version's journal entry
 
 
 def _encode(tag: Tag) -> bytes:
+    assert tag.entry is not None
     return encode_node(
         {
             "type": TAG_TYPE,
@@ -62,6 +72,7 @@ def _encode(tag: Tag) -> bytes:
             "time": to_micros(tag.time),
             "author": tag.author,
             "message": tag.message,
+            "entry": encode_entry(tag.entry),
         }
     )
 
@@ -84,6 +95,12 @@ def _decode(data: bytes, key: str, db: str, name: str) -> Tag:
             f"version {NODE_VERSION}: upgrade merkle-db to read it"
         )
     try:
+        copy = node["entry"]
+        if not isinstance(copy, bytes):
+            raise TypeError("entry must be the bytes of a journal entry")
+        entry = decode_slot(copy, key, db, node["version"])
+        if not isinstance(entry, JournalEntry):
+            raise TypeError("entry is not a journal entry")
         tag = Tag(
             db=node["db"],
             name=node["name"],
@@ -92,8 +109,9 @@ def _decode(data: bytes, key: str, db: str, name: str) -> Tag:
             time=from_micros(node["time"]),
             author=node.get("author"),
             message=node.get("message"),
+            entry=entry,
         )
-        ok = (
+        ok = entry.root == tag.root and (
             isinstance(node["root"], CID)
             and isinstance(tag.version, int)
             and not isinstance(tag.version, bool)
@@ -117,22 +135,21 @@ class TagManager:
 
     def create(
         self,
-        db: str,
+        entry: JournalEntry,
         name: str,
-        version: int,
-        root: str,
         *,
         author: str | None = None,
         message: str | None = None,
     ) -> Tag:
-        """Tag ``version`` (whose root is ``root``) of ``db`` as ``name``; UsageError if taken."""
-        db, name = check_db_name(db), check_tag_name(name)
-        if isinstance(version, bool) or not isinstance(version, int) or version < 0:
-            raise UsageError(f"a tagged version must be a non-negative integer, got {version!r}")
+        """Tag the version of ``entry`` as ``name``; UsageError if the name is taken."""
+        db, name = check_db_name(entry.db), check_tag_name(name)
+        if entry.root is None:
+            raise UsageError(f"version {entry.version} of {db!r} is a drop; it cannot be tagged")
         for what, text in (("author", author), ("message", message)):
             if text is not None and not isinstance(text, str):
                 raise UsageError(f"{what} must be a string or None, got {type(text).__name__}")
-        tag = Tag(db, name, version, str(CID.parse(root)), datetime.now(UTC), author, message)
+        when = datetime.now(UTC)
+        tag = Tag(db, name, entry.version, entry.root, when, author, message, entry)
         if not self.store.put_if_absent(tag_key(db, name), _encode(tag)):
             existing = self.get(db, name)
             raise UsageError(
@@ -178,6 +195,10 @@ class TagManager:
                 continue
             out += self.list(db)
         return out
+
+    def keeping(self, db: str, version: int) -> Tag | None:
+        """A tag of ``db`` that names ``version`` (None if no tag does)."""
+        return next((t for t in self.list(db) if t.version == version), None)
 
     def delete(self, db: str, name: str) -> Tag:
         """Remove tag ``name`` of ``db`` (the version may then be trimmed); the tag removed."""

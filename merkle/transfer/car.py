@@ -25,7 +25,9 @@ from multiformats import varint
 from merkle.blocks.cid import CID, DAG_CBOR, RAW
 from merkle.blocks.codec import decode_node, encode_node, iter_links
 from merkle.db.dbroot import DbRoot
+from merkle.db.landing import land
 from merkle.errors import IntegrityError, UsageError
+from merkle.refs import JournalEntry, WriterTicket
 
 if TYPE_CHECKING:
     from merkle.db.connection import Connection
@@ -217,22 +219,25 @@ def import_car(
         root, reached = _check(path)
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    stored: set[bytes] = set()
-    with conn.writer_lease(db) as lease, open(path, "rb") as handle:
-        _, blocks = read_car(handle, path)  # read again: the file may have changed since
-        batch: list[tuple[CID, bytes]] = []
-        for cid, data in blocks:
-            if cid.bytes in reached and cid.bytes not in stored:
-                stored.add(cid.bytes)
-                batch.append((cid, data))
-                if len(batch) >= _BATCH:
-                    conn.blocks.put_hashed(batch, refresh_before=lease.start)
-                    batch = []
-        conn.blocks.put_hashed(batch, refresh_before=lease.start)
+
+    def write(ticket: WriterTicket, first: bool) -> None:
+        stored: set[bytes] = set()
+        with open(path, "rb") as handle:
+            _, blocks = read_car(handle, path)  # read again: the file may have changed since
+            batch: list[tuple[CID, bytes]] = []
+            for cid, data in blocks:
+                if cid.bytes in reached and cid.bytes not in stored:
+                    stored.add(cid.bytes)
+                    batch.append((cid, data))
+                    if len(batch) >= _BATCH:
+                        conn.blocks.put_hashed(batch, refresh_before=ticket.lease.start)
+                        batch = []
+            conn.blocks.put_hashed(batch, refresh_before=ticket.lease.start)
         if stored != reached:
             raise IntegrityError(f"{path} changed while it was imported; nothing was imported")
-        conn.leases.ensure_valid(lease)
-        entry = conn.refs.commit(
+
+    def put() -> JournalEntry:
+        return conn.refs.commit(
             db,
             None,
             str(root),
@@ -240,4 +245,6 @@ def import_car(
             message=message or f"import {os.path.basename(path)}",
             meta={"imported_from": os.path.basename(path)},
         )
+
+    entry = land(conn, db, write, put)
     return conn._database(entry)

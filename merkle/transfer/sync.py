@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from merkle.blocks.cid import CID
+from merkle.db.landing import land
 from merkle.errors import ConflictError, NotFoundError, UsageError
-from merkle.refs import JournalConflictError, JournalEntry, check_db_name
+from merkle.refs import JournalConflictError, JournalEntry, WriterTicket, check_db_name
 from merkle.transfer.blockcopy import CopyStats, copy_dag
 
 if TYPE_CHECKING:
@@ -165,43 +166,52 @@ def _send(
 ) -> JournalEntry:
     """Copy one source version and commit it on ``planned`` at the destination (CAS)."""
     assert entry.root is not None
-    with (
-        src.open_db(entry.db, version=entry.version, lease=True) as leased,
-        dst.writer_lease(target) as lease,
-    ):
-        # Under the lease, the head is what was planned or the plan is void; being
-        # the head, it is kept by any collection, so its blocks can be trusted.
-        head = dst.refs.head(target)
-        if (head and (head.version, head.root)) != (planned and (planned.version, planned.root)):
-            raise JournalConflictError(
-                target,
-                planned.version if planned else None,
-                head.version if head else None,
+    root = CID.parse(entry.root)
+    meta: dict[str, Any] = dict(entry.meta)
+    meta["synced_from"] = {
+        "lake": src.uri,
+        "db": entry.db,
+        "version": entry.version,
+        "root": entry.root,
+    }
+    live = planned is not None and not planned.dropped
+    with src.open_db(entry.db, version=entry.version, lease=True):
+
+        def write(ticket: WriterTicket, first: bool) -> None:
+            trusted: list[CID] = []
+            if first:
+                # Under the lease, the head is what was planned or the plan is void; being
+                # the head, it is kept by any collection, so its blocks can be trusted.
+                head = dst.refs.head(target)
+                if _key(head) != _key(planned):
+                    raise JournalConflictError(
+                        target,
+                        planned.version if planned else None,
+                        head.version if head else None,
+                    )
+                if live and planned is not None and planned.root is not None:
+                    trusted = [CID.parse(planned.root)]
+            report.copy += copy_dag(
+                src.blocks,
+                dst.blocks,
+                [root],
+                trusted,
+                refresh_before=ticket.lease.start,
+                on_write=progress,
             )
-        live = head is not None and not head.dropped
-        trusted = [CID.parse(head.root)] if live and head is not None and head.root else []
-        stats = copy_dag(
-            src.blocks,
-            dst.blocks,
-            [CID.parse(leased.root)],
-            trusted,
-            refresh_before=lease.start,
-            on_write=progress,
-        )
-        report.copy += stats
-        dst.leases.ensure_valid(lease)
-        meta: dict[str, Any] = dict(entry.meta)
-        meta["synced_from"] = {
-            "lake": src.uri,
-            "db": entry.db,
-            "version": entry.version,
-            "root": entry.root,
-        }
-        return dst.refs.commit(
-            target,
-            head.version if live and head is not None else None,
-            entry.root,
-            author=entry.author,
-            message=entry.message,
-            meta=meta,
-        )
+
+        def put() -> JournalEntry:
+            return dst.refs.commit(
+                target,
+                planned.version if live and planned is not None else None,
+                entry.root,
+                author=entry.author,
+                message=entry.message,
+                meta=meta,
+            )
+
+        return land(dst, target, write, put)
+
+
+def _key(entry: JournalEntry | None) -> tuple[int, str | None] | None:
+    return None if entry is None else (entry.version, entry.root)

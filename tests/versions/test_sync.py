@@ -151,9 +151,14 @@ def test_resume_after_a_partial_copy_whose_children_a_collection_deleted(
         if written >= 3:
             raise StopError
 
-    with dst.writer_lease("shop") as lease, pytest.raises(StopError):
+    with dst.writer_lease("shop") as ticket, pytest.raises(StopError):
         copy_dag(
-            src.blocks, dst.blocks, [root], [], refresh_before=lease.start, on_write=stop_after_some
+            src.blocks,
+            dst.blocks,
+            [root],
+            [],
+            refresh_before=ticket.lease.start,
+            on_write=stop_after_some,
         )
     # The leaves went first; now store every node (as a later partial run might) and
     # delete some leaves, as a collection would delete unreferenced old blocks.
