@@ -186,10 +186,10 @@ def test_a_lease_taken_before_a_trim_is_seen_by_that_collection(
         leased: list[merkle.Database] = []
         real_trim = collector.refs.trim
 
-        def open_then_trim(db: str, before_version: int, **kwargs: Any) -> int:
+        def open_then_trim(db: str, before_version: int) -> int:
             if not leased:
                 leased.append(reader.open_db("shop", version=1, lease=True))
-            return real_trim(db, before_version, **kwargs)
+            return real_trim(db, before_version)
 
         monkeypatch.setattr(collector.refs, "trim", open_then_trim)
         report = merkle.gc(collector, keep_versions=1, grace="0s")
