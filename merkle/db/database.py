@@ -24,6 +24,7 @@ import pyarrow as pa
 from merkle.blocks.cid import CID
 from merkle.blocks.codec import encode_node
 from merkle.db.dbroot import DbRoot
+from merkle.db.diff import DatabaseDiff, diff_databases
 from merkle.db.ops import (
     AlterDbMeta,
     AlterFamilies,
@@ -540,6 +541,13 @@ class Database:
         """This database with metadata ``fn(metadata, *args)``."""
         meta = check_metadata(fn(self._meta, *args), f"metadata of database {self.name!r}")
         return self._evolve(meta=meta, meta_changed=True, ops=(*self._ops, AlterDbMeta(fn, args)))
+
+    def diff(
+        self, other: Any, table: str | None = None, fields: Sequence[str] | None = None
+    ) -> DatabaseDiff:
+        """The changes from ``other`` (a Database, a version number of this database, or
+        the name of a database of the lake) to this value: see :mod:`merkle.db.diff`."""
+        return diff_databases(self, other, table=table, fields=_check_fields(fields))
 
     def describe(self) -> dict[str, Any]:
         tables = {}
