@@ -24,6 +24,7 @@ import pyarrow as pa
 from merkle.blocks.cid import CID
 from merkle.blocks.codec import encode_node
 from merkle.db.dbroot import DbRoot
+from merkle.db.inputs import as_rows, check_fields, check_keys
 from merkle.db.ops import (
     AlterDbMeta,
     AlterFamilies,
@@ -43,6 +44,7 @@ from merkle.refs import JournalConflictError, JournalEntry
 from merkle.tablets.batch import BatchContent, fold
 from merkle.tablets.keys import KeyCodec, infer_key_codec_arrow
 from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
+from merkle.tablets.schema import check_schema, with_free_fields
 from merkle.tablets.segment import arrow_to_records
 from merkle.tablets.store import TableStore
 from merkle.tablets.table import Table, check_limits
@@ -265,20 +267,29 @@ class Database:
     def create_table(
         self,
         name: str,
-        key: str,
-        key_codec: str | None = None,
+        key: str | Sequence[str],
+        key_codec: str | Sequence[str] | None = None,
         families: Mapping[str, Any] | None = None,
         metadata: Any = None,
         tablet_size_limit: int | None = None,
         branching_factor: int | None = None,
         patch_limit: int | None = None,
         patch_share: int | None = None,
+        schema: pa.Schema | None = None,
+        schema_free: bool | Sequence[str] = False,
     ) -> Database:
         """A new empty table whose records are identified by the field ``key``.
 
-        Pending batches are folded into tablets once they hold more than
-        ``patch_limit`` records and more than ``patch_share`` percent of the
-        table (defaults 20,000 and 50): see doc/format.md "Batch".
+        ``key`` may list several fields (a composite key, ordered field by
+        field; ``key_codec`` then lists one codec per field, or is a
+        ``tuple(...)`` spec). ``schema`` declares the fields and their Arrow
+        types; without it the first write decides them. ``schema_free`` makes
+        fields schema-free (any value, stored as CBOR): ``True`` for every field
+        not declared in ``schema`` (the record model), or a list of field
+        names. Pending batches are
+        folded into tablets once they hold more than ``patch_limit`` records
+        and more than ``patch_share`` percent of the table (defaults 20,000
+        and 50): see doc/format.md "Batch".
         """
         check_table_name(name)
         if name in self.list_tables():
@@ -289,12 +300,15 @@ class Database:
         limits = check_limits(tablet_size_limit, branching_factor, patch_limit, patch_share)
         op = CreateTable(
             name,
-            key,
-            key_codec,
+            key if isinstance(key, str) else tuple(key),
+            key_codec
+            if key_codec is None or isinstance(key_codec, str)
+            else "tuple(" + ",".join(key_codec) + ")",
             dict(families) if families is not None else None,
             check_metadata(metadata, f"metadata of table {name!r}"),
             (limits.tablet_size, limits.branching, limits.patch, limits.patch_share),
             uuid.uuid4().hex,
+            *with_free_fields(check_schema(schema), schema_free),
         )
         return self._create_table(op)
 
@@ -308,6 +322,9 @@ class Database:
             limits=limits,
             meta=op.metadata,
             uid=op.uid,
+            typed=True,
+            schema=op.schema,
+            schema_free=op.schema_free,
         )
         return self._with_table(op.table, _TableState(table), op)
 
@@ -321,7 +338,7 @@ class Database:
         return {
             "id": str(self._ts.put_node(root.to_node())),
             "name": name,
-            "key": root.key_field,
+            "key": list(root.key_fields) if len(root.key_fields) > 1 else root.key_fields[0],
             "key_codec": root.key_codec,
             "tablets": len(table.tablets()),
             "count": table.count,
@@ -335,6 +352,7 @@ class Database:
                 "patch_share": root.limits.patch_share,
             },
             "metadata": root.meta,
+            "schema": root.schema,
         }
 
     def alter_table_meta(self, name: str, fn: Callable[..., Any], *args: Any) -> Database:
@@ -359,15 +377,15 @@ class Database:
         | pa.Table
         | pa.RecordBatch,
     ) -> Database:
-        """Upsert whole records: dicts holding the key field, a mapping key -> dict, or Arrow."""
+        """Upsert whole records: dicts holding the key field, a mapping key -> dict, Arrow,
+        or a DataFrame (pandas, Polars, anything with ``__arrow_c_stream__``)."""
         state = self._state(table)
         key_field = state.table.root.key_field
-        if not isinstance(records, (pa.Table, pa.RecordBatch)):
-            records = _as_record_list(records, key_field, table)  # names the record at fault
+        rows_in = as_rows(records, state.table.key, table)  # names the record at fault
         try:
-            current, rows = state.table.prepare_rows(records)
+            current, rows = state.table.prepare_rows(rows_in)
         except UsageError as exc:
-            raise UsageError(f"table {table!r}: {exc}") from None
+            raise type(exc)(f"table {table!r}: {exc}") from None
         if not rows.num_rows:
             return self
         codec = current.spec.codec
@@ -378,7 +396,7 @@ class Database:
     def delete(self, table: str, keys: Iterable[Any]) -> Database:
         """Remove records by key; keys that do not exist are fine (a blind delete)."""
         state = self._state(table)
-        keys = tuple(keys)
+        keys = tuple(check_keys(keys, table))
         if not keys:
             return self
         # A table never written has no codec yet: the keys choose it, as a write would
@@ -393,20 +411,18 @@ class Database:
     def _records(
         self, table: Table, rows: pa.Table, fields: Sequence[str] | None
     ) -> list[dict[str, Any]]:
-        codec = table.codec
-        if codec is None or not rows.num_rows:
-            return []
-        return arrow_to_records(rows, key_field=table.root.key_field, codec=codec, fields=fields)
+        return table.records(rows, fields)
 
     def get_records(
         self, table: str, keys: Iterable[Any], fields: Sequence[str] | None = None
     ) -> dict[Any, dict[str, Any]]:
         """``{key: record}`` for the keys that exist (with the key field and ``fields``)."""
-        fields = _check_fields(fields)
+        fields = check_fields(fields)
+        keys = check_keys(keys, table)
         current = self._table(table)
-        rows = current.get(list(keys), fields)
-        key_field = current.root.key_field
-        return {rec[key_field]: rec for rec in self._records(current, rows, fields)}
+        rows = current.get(keys, fields)
+        key_of = current.key.key_of
+        return {key_of(rec): rec for rec in self._records(current, rows, fields)}
 
     def scan(
         self,
@@ -421,7 +437,7 @@ class Database:
         reverse: bool = False,
     ) -> Iterator[dict[str, Any]]:
         """Records in key order (``reverse``: descending); bounds are inclusive."""
-        fields = _check_fields(fields)
+        fields = check_fields(fields)
         current = self._table(table)
         batches = current.scan(
             fields=fields,
@@ -444,7 +460,7 @@ class Database:
     ) -> pa.Table:
         """The table (or a key range of it) as one Arrow table, in key order."""
         return self._table(table).to_arrow(
-            fields=_check_fields(fields), from_pk=from_pk, to_pk=to_pk
+            fields=check_fields(fields), from_pk=from_pk, to_pk=to_pk
         )
 
     # -- tablets -------------------------------------------------------------------
@@ -482,7 +498,7 @@ class Database:
         self, tablet_id: str, fields: Sequence[str] | None = None
     ) -> Iterator[dict[str, Any]]:
         """The records stored in one tablet (by id), with the key field and ``fields``."""
-        fields = _check_fields(fields)
+        fields = check_fields(fields)
         cid = CID.parse(tablet_id)
         owner = self._tablet_owner(cid)
         if owner is not None:
@@ -613,50 +629,3 @@ class Database:
         for op in self._ops:
             db = op.apply(db)
         return db
-
-
-def _check_fields(fields: Sequence[str] | None) -> list[str] | None:
-    if fields is None:
-        return None
-    if isinstance(fields, str):
-        raise UsageError(f"fields must be a list of field names, not the string {fields!r}")
-    out = list(fields)
-    for f in out:
-        if not isinstance(f, str) or not f:
-            raise UsageError(f"field names must be non-empty strings, got {f!r}")
-    return out
-
-
-def _as_record_list(records: Any, key_field: str, table: str) -> list[Mapping[str, Any]]:
-    """Records as a list of mappings holding the key field (a key -> dict mapping is expanded)."""
-    if isinstance(records, Mapping):
-        out: list[Mapping[str, Any]] = []
-        for key, record in records.items():
-            if not isinstance(record, Mapping):
-                raise UsageError(
-                    f"records for table {table!r} given as a mapping must map keys to dicts; "
-                    f"key {key!r} maps to {type(record).__name__}"
-                )
-            if key_field in record and record[key_field] != key:
-                raise UsageError(
-                    f"record under key {key!r} holds {key_field}={record[key_field]!r}: "
-                    "the two must agree"
-                )
-            out.append({**record, key_field: key})
-        return out
-    if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
-        raise UsageError(
-            f"records for table {table!r} must be dicts, a mapping key -> dict, or Arrow data; "
-            f"got {type(records).__name__}"
-        )
-    listed = list(records)
-    for i, record in enumerate(listed):
-        if not isinstance(record, Mapping):
-            raise UsageError(
-                f"record {i} for table {table!r} is a {type(record).__name__}, not a dict"
-            )
-        if record.get(key_field) is None:
-            raise UsageError(
-                f"record {i} for table {table!r} has no value for the key field {key_field!r}"
-            )
-    return listed

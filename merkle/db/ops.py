@@ -67,12 +67,14 @@ def _replayed(table: str, db: Database, action: Callable[[], Database]) -> Datab
 @dataclass(frozen=True)
 class CreateTable(Op):
     table: str
-    key: str
+    key: str | tuple[str, ...]
     key_codec: str | None
     families: Mapping[str, Any] | None
     metadata: Any
     limits: tuple[int, int, int, int]
     uid: str
+    schema: pa.Schema | None = None
+    schema_free: bool = False
 
     def apply(self, db: Database) -> Database:
         if self.table in db.list_tables():

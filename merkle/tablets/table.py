@@ -27,15 +27,38 @@ from merkle.tablets.batch import (
     upsert_keys,
     write_batch,
 )
+from merkle.tablets.conform import (
+    KeyLayout,
+    codec_for_types,
+    conform_arrow,
+    conform_records,
+    present,
+    present_records,
+    schema_of_segments,
+)
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
 from merkle.tablets.keys import key_codec as parse_key_codec
 from merkle.tablets.nodes import BASE, ChildRef, Limits, TableRoot
 from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
-from merkle.tablets.segment import concat_segments, normalize_arrow, project, records_to_arrow
+from merkle.tablets.schema import key_schema_fields
+from merkle.tablets.segment import (
+    arrow_to_records,
+    concat_segments,
+    normalize_arrow,
+    project,
+    records_to_arrow,
+)
 from merkle.tablets.store import TableStore
 from merkle.tablets.tree import TableSpec, Tree, node_ref
 
 __all__ = ["Table", "check_families", "check_limits"]
+
+
+def _unreversed(codec: KeyCodec) -> KeyCodec:
+    while hasattr(codec, "inner"):
+        codec = codec.inner
+    return codec
+
 
 _PREFETCH = 8  # leaves whose segments a scan fetches at once
 
@@ -115,21 +138,48 @@ class Table:
         cls,
         ts: TableStore,
         *,
-        key_field: str,
+        key_field: str | Sequence[str],
         key_codec: str | None = None,
         families: Mapping[str, Any] | None = None,
         limits: Limits | None = None,
         meta: Any = None,
         uid: str = "",
+        typed: bool = False,
+        schema: pa.Schema | None = None,
+        schema_free: bool = False,
     ) -> Table:
-        """An empty table (nothing is stored until :meth:`save`)."""
-        if not isinstance(key_field, str) or not key_field:
+        """An empty table (nothing is stored until :meth:`save`).
+
+        A ``typed`` table keeps a schema: ``schema`` as declared, or inferred
+        from the first write; a key of several fields needs ``typed``. With
+        ``schema_free``, every field not declared in ``schema`` is schema-free.
+        """
+        if isinstance(key_field, str) and not key_field:
             raise UsageError(f"the key field must be a non-empty string, got {key_field!r}")
+        layout = KeyLayout.of(key_field)
+        if layout.composite and not typed:
+            raise UsageError("a key of several fields needs a typed table")
         spec = parse_key_codec(key_codec).spec if key_codec is not None else None
+        if schema is not None:
+            key_types = [field.type for field in key_schema_fields(schema, layout.fields)]
+            declared = codec_for_types(key_types)
+            if spec is None:
+                spec = declared.spec
+        if spec is not None and layout.composite:
+            arity = len(getattr(_unreversed(parse_key_codec(spec)), "components", ()))
+            if arity != len(layout.fields):
+                raise UsageError(
+                    f"key codec {spec!r} does not fit the key {list(layout.fields)}: "
+                    f"use tuple(...) with one codec per key field"
+                )
+        for name, members in (families or {}).items() if layout.composite else ():
+            clash = sorted(set(layout.fields) & set(members))
+            if not isinstance(members, str) and clash:
+                raise UsageError(f"the key field {clash[0]!r} cannot belong to family {name!r}")
         root = TableRoot(
-            key_field=key_field,
+            key_field=layout.column,
             key_codec=spec,
-            families=check_families(families, key_field),
+            families=check_families(families, layout.column),
             limits=limits or Limits(),
             data=None,
             pending=(),
@@ -137,6 +187,10 @@ class Table:
             size=0,
             meta=meta,
             uid=uid,
+            key_fields=layout.fields,
+            typed=typed,
+            schema=schema,
+            free_default=schema_free,
         )
         return cls(ts, root)
 
@@ -196,6 +250,33 @@ class Table:
     def _tree(self) -> Tree:
         return Tree(self.ts, self.spec)
 
+    @property
+    def key(self) -> KeyLayout:
+        """The key fields and the segment column that holds them."""
+        return KeyLayout(self.root.key_fields)
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The table's schema (None for a table written before schemas, or not yet written)."""
+        return self.root.schema
+
+    # -- reading through the schema ------------------------------------------------
+
+    def present(self, raw: pa.Table, fields: Sequence[str] | None = None) -> pa.Table:
+        """Rows as read from segments, as the user's table (the schema's order and types)."""
+        if not self.root.typed:
+            return raw
+        return present(raw, self.root.schema, self.key, fields)
+
+    def records(self, raw: pa.Table, fields: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Rows as read from segments, as records (dicts holding the key fields)."""
+        codec = self.codec
+        if codec is None or not raw.num_rows:
+            return []
+        if not self.root.typed:
+            return arrow_to_records(raw, key_field=self.root.key_field, codec=codec, fields=fields)
+        return present_records(raw, self.root.schema, self.key, codec, fields)
+
     # -- writes --------------------------------------------------------------------
 
     def with_codec_for(self, sample_key: Any = None, dtype: pa.DataType | None = None) -> Table:
@@ -215,6 +296,8 @@ class Table:
         takes it from the first key (or the key column's type).
         """
         key_field = self.root.key_field
+        if self.root.typed:
+            return self._conform(rows)
         if isinstance(rows, (pa.Table, pa.RecordBatch)):
             if key_field not in rows.schema.names:
                 raise UsageError(
@@ -230,6 +313,32 @@ class Table:
             raise UsageError(f"every record must be a dict holding the key field {key_field!r}")
         table = self.with_codec_for(first[key_field])
         return table, records_to_arrow(records, key_field=key_field, codec=table.spec.codec)
+
+    def _conform(
+        self, rows: pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]]
+    ) -> tuple[Table, pa.Table]:
+        if isinstance(rows, pa.RecordBatch):
+            rows = pa.Table.from_batches([rows])
+        if isinstance(rows, pa.Table):
+            done = conform_arrow(
+                rows, self.root.schema, self.key, self.codec, new_free=self.root.free_default
+            )
+        else:
+            records = list(rows)
+            if not records:
+                return self, pa.table({})
+            done = conform_records(
+                records, self.root.schema, self.key, self.codec, new_free=self.root.free_default
+            )
+        table = self
+        if done.codec.spec != self.root.key_codec or done.schema != self.root.schema:
+            table = self._with(key_codec=done.codec.spec, schema=done.schema)
+            table._data, table._data_loaded = self._data, self._data_loaded
+        return table, done.rows
+
+    def with_schema(self, schema: pa.Schema) -> Table:
+        """This table with another schema (the caller keeps stored data consistent with it)."""
+        return self._with(schema=schema)
 
     def write(
         self, rows: pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]], version: int
@@ -393,9 +502,14 @@ class Table:
                 )
         if not self.root.key_codec:
             raise UsageError("build_table needs a table whose key codec is known")
-        tree = self._tree()
+        table = self
+        if self.root.typed:
+            cids = [cid for ref in refs for cid in self.ts.tablet(ref.cid).segments.values()]
+            schema = schema_of_segments(self.root.schema, self.ts.segments(cids), self.key)
+            table = self.with_schema(schema)
+        tree = table._tree()
         tree._fresh = {}
-        return self._rebuilt(tree.finish(refs, check_all=True))
+        return table._rebuilt(tree.finish(refs, check_all=True))
 
     # -- reads ---------------------------------------------------------------------
 
@@ -403,6 +517,10 @@ class Table:
         codec = self.codec
         key_type = codec.arrow_type if codec is not None else pa.null()
         return pa.table({self.root.key_field: pa.array([], type=key_type)})
+
+    def empty(self, fields: Sequence[str] | None = None) -> pa.Table:
+        """No rows, with the columns a read of ``fields`` gives."""
+        return self.present(self._empty(fields), fields)
 
     def get(self, keys: Sequence[Any], fields: Sequence[str] | None = None) -> pa.Table:
         """The records of the keys that exist (in no particular order), projected to ``fields``."""
@@ -531,11 +649,11 @@ class Table:
     def to_arrow(
         self, *, fields: Sequence[str] | None = None, from_pk: Any = None, to_pk: Any = None
     ) -> pa.Table:
-        """The whole table (or a key range) as one Arrow table."""
+        """The whole table (or a key range) as one Arrow table, in the schema's types."""
         parts = list(self.scan(fields=fields, from_pk=from_pk, to_pk=to_pk))
         if not parts:
-            return self._empty(fields)
-        return concat_segments(parts, key_field=self.root.key_field)
+            return self.empty(fields)
+        return self.present(concat_segments(parts, key_field=self.root.key_field), fields)
 
     def tablets(self) -> list[ChildRef]:
         """The tablets of the merged area in key order (pending changes are not in them)."""
