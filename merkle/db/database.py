@@ -28,6 +28,7 @@ from merkle.db.inputs import as_rows, check_fields, check_keys
 from merkle.db.ops import (
     AlterDbMeta,
     AlterFamilies,
+    AlterSchema,
     AlterTableMeta,
     BuildTable,
     Compact,
@@ -42,6 +43,7 @@ from merkle.db.staging import StagedBlocks
 from merkle.errors import ConflictError, MerkleError, NotFoundError, UsageError
 from merkle.refs import JournalConflictError, JournalEntry
 from merkle.tablets.batch import BatchContent, fold
+from merkle.tablets.evolve import SchemaChange
 from merkle.tablets.keys import KeyCodec, infer_key_codec_arrow
 from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
 from merkle.tablets.schema import check_schema, with_free_fields
@@ -366,6 +368,35 @@ class Database:
         table = self._table(name)
         op = AlterFamilies(name, table.root.uid, dict(families))
         return self._with_table(name, _TableState(table.with_families(families)), op)
+
+    def alter_schema(
+        self,
+        name: str,
+        *,
+        add: Any = None,
+        drop: Any = None,
+        rename: Mapping[str, str] | None = None,
+        widen: Mapping[str, Any] | None = None,
+        nullable: Any = None,
+        free: Any = None,
+    ) -> Database:
+        """Change a table's schema: ``add`` fields (pyarrow fields or ``{name: type}``;
+        always nullable), ``drop`` or ``rename`` fields, ``widen`` types
+        (``{name: type}``: int32 -> int64, float32 -> float64, ...), make fields
+        ``nullable``, or make them ``free`` (schema-free). The rules are in
+        doc/api.md, "Schemas"; breaking one is a SchemaError."""
+        change = SchemaChange.of(add, drop, rename, widen, nullable, free)
+        return self._alter_schema(name, change)
+
+    def _alter_schema(self, name: str, change: SchemaChange) -> Database:
+        table = self._table(name)
+        try:
+            altered = table.alter_schema(change)
+        except UsageError as exc:
+            raise type(exc)(f"table {name!r}: {exc}") from None
+        return self._with_table(
+            name, _TableState(altered), AlterSchema(name, table.root.uid, change)
+        )
 
     # -- records -------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from merkle.errors import ConflictError, UsageError
+from merkle.tablets.evolve import SchemaChange
 
 if TYPE_CHECKING:
     from merkle.db.database import Database
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AlterDbMeta",
     "AlterFamilies",
+    "AlterSchema",
     "AlterTableMeta",
     "BuildTable",
     "Compact",
@@ -147,6 +149,17 @@ class AlterFamilies(Op):
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
         return db.alter_families(self.table, self.families)
+
+
+@dataclass(frozen=True)
+class AlterSchema(Op):
+    table: str
+    uid: str
+    change: SchemaChange
+
+    def apply(self, db: Database) -> Database:
+        _same_table(db, self.table, self.uid)
+        return _replayed(self.table, db, lambda: db._alter_schema(self.table, self.change))
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from merkle.blocks.cid import CID
-from merkle.errors import UsageError
+from merkle.errors import SchemaError, UsageError
 from merkle.tablets.batch import (
     BatchContent,
     Overlay,
@@ -36,6 +36,7 @@ from merkle.tablets.conform import (
     present_records,
     schema_of_segments,
 )
+from merkle.tablets.evolve import SchemaChange, plan_change, rewrite_rows
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
 from merkle.tablets.keys import key_codec as parse_key_codec
 from merkle.tablets.nodes import BASE, ChildRef, Limits, TableRoot
@@ -52,6 +53,14 @@ from merkle.tablets.store import TableStore
 from merkle.tablets.tree import TableSpec, Tree, node_ref
 
 __all__ = ["Table", "check_families", "check_limits"]
+
+
+def _successor(prefix: bytes) -> bytes | None:
+    """The least bytes above every string that starts with ``prefix`` (None: there is none)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
 def _unreversed(codec: KeyCodec) -> KeyCodec:
@@ -485,6 +494,30 @@ class Table:
         pieces = self.ts.map(lambda ref: new.write_tablets(old.read_rows(ref.cid)), leaves)
         return retyped._rebuilt(new.finish([r for refs in pieces for r in refs]))
 
+    def alter_schema(self, change: SchemaChange) -> Table:
+        """This table with its schema changed (see :mod:`merkle.tablets.evolve` for the rules)."""
+        if not self.root.typed:
+            raise SchemaError(
+                "this table was written before merkle-db kept schemas: it has none to alter "
+                "(its fields are schema-free); copy it into a new table to give it one"
+            )
+        plan = plan_change(self.root.schema, self.key, self.root.families, change)
+        if not plan.rewrite:
+            return self._with(schema=plan.schema)
+        flushed = self.flush()
+        changed = flushed._with(schema=plan.schema, families=plan.families)
+        if flushed.root.data is None or not self.root.key_codec:
+            return changed
+        old, new = flushed._tree(), changed._tree()
+        column = self.root.key_field
+
+        def rewrite(ref: ChildRef) -> list[ChildRef]:
+            rows = old.read_rows(ref.cid)
+            return new.write_tablets(SortedRows(rewrite_rows(rows.table, plan, column), rows.keys))
+
+        pieces = self.ts.map(rewrite, list(old.leaves(flushed.data_ref())))
+        return changed._rebuilt(new.finish([r for refs in pieces for r in refs]))
+
     def build_from(self, tablet_ids: Sequence[CID]) -> Table:
         """This table with its data replaced by the given tablets (pending changes dropped)."""
         refs = [node_ref(self.ts, cid) for cid in tablet_ids]
@@ -585,14 +618,22 @@ class Table:
         if codec is None:
             return 0, 0
         tree, overlay, data = self._tree(), self.overlay(), self.data_ref()
+
+        def rank(key: bytes, inclusive: bool) -> int:
+            merged = tree.merged_rank(data, key, inclusive=inclusive)
+            return merged + overlay.delta_before(key, inclusive=inclusive)
+
         if from_pk is not None:
-            key = codec.encode(from_pk)
-            rank = tree.merged_rank(data, key, inclusive=False)
-            start = max(start, rank + overlay.delta_before(key, inclusive=False))
+            prefix = codec.encode_prefix(from_pk)
+            start = max(start, rank(codec.encode(from_pk) if prefix is None else prefix, False))
         if to_pk is not None:
-            key = codec.encode(to_pk)
-            rank = tree.merged_rank(data, key, inclusive=True)
-            stop = min(stop, rank + overlay.delta_before(key, inclusive=True))
+            prefix = codec.encode_prefix(to_pk)
+            if prefix is None:
+                stop = min(stop, rank(codec.encode(to_pk), True))
+            else:
+                after = _successor(prefix)
+                if after is not None:
+                    stop = min(stop, rank(after, False))
         if from_index is not None:
             start = max(start, from_index)
         if to_index is not None:
