@@ -23,6 +23,8 @@ import pyarrow as pa
 
 from merkle.blocks.cid import CID
 from merkle.blocks.codec import encode_node
+from merkle.db.changes import deleted_keys, updated_records, upserted_records
+from merkle.db.dataset import table_dataset
 from merkle.db.dbroot import DbRoot
 from merkle.db.inputs import as_rows, check_fields, check_keys
 from merkle.db.ops import (
@@ -34,12 +36,16 @@ from merkle.db.ops import (
     Compact,
     CreateTable,
     Delete,
+    DeleteWhere,
     DropTable,
     Op,
+    Update,
+    Upsert,
     Write,
 )
 from merkle.db.readers import ReaderLease
 from merkle.db.staging import StagedBlocks
+from merkle.db.streams import batch_reader, check_filter, to_pandas, to_polars
 from merkle.errors import ConflictError, MerkleError, NotFoundError, UsageError
 from merkle.refs import JournalConflictError, JournalEntry
 from merkle.tablets.batch import BatchContent, fold
@@ -410,8 +416,10 @@ class Database:
     ) -> Database:
         """Upsert whole records: dicts holding the key field, a mapping key -> dict, Arrow,
         or a DataFrame (pandas, Polars, anything with ``__arrow_c_stream__``)."""
+        return self._upsert(table, records, lambda uid, rows: Write(table, uid, rows))
+
+    def _upsert(self, table: str, records: Any, op: Callable[[str, pa.Table], Op]) -> Database:
         state = self._state(table)
-        key_field = state.table.root.key_field
         rows_in = as_rows(records, state.table.key, table)  # names the record at fault
         try:
             current, rows = state.table.prepare_rows(rows_in)
@@ -419,15 +427,17 @@ class Database:
             raise type(exc)(f"table {table!r}: {exc}") from None
         if not rows.num_rows:
             return self
-        codec = current.spec.codec
-        change = _Change(upserts=sort_rows(rows, key_field, codec))
+        change = _Change(upserts=sort_rows(rows, current.root.key_field, current.spec.codec))
         new_state = _TableState(current, (*state.changes, change))
-        return self._with_table(table, new_state, Write(table, current.root.uid, rows))
+        return self._with_table(table, new_state, op(current.root.uid, rows))
 
     def delete(self, table: str, keys: Iterable[Any]) -> Database:
         """Remove records by key; keys that do not exist are fine (a blind delete)."""
-        state = self._state(table)
         keys = tuple(check_keys(keys, table))
+        return self._delete(table, keys, lambda uid: Delete(table, uid, keys))
+
+    def _delete(self, table: str, keys: Sequence[Any], op: Callable[[str], Op]) -> Database:
+        state = self._state(table)
         if not keys:
             return self
         # A table never written has no codec yet: the keys choose it, as a write would
@@ -437,7 +447,46 @@ class Database:
         encoded = sorted({codec.encode(k) for k in keys})
         change = _Change(deletes=pa.array(encoded, type=empty_keys(codec).type))
         new_state = _TableState(current, (*state.changes, change))
-        return self._with_table(table, new_state, Delete(table, current.root.uid, keys))
+        return self._with_table(table, new_state, op(current.root.uid))
+
+    def update(self, table: str, changes: Mapping[Any, Mapping[str, Any]]) -> Database:
+        """Change only the given fields of existing records: ``{key: {field: value}}``.
+
+        Keys without a record are left alone; a value of None removes the field.
+        Replayed on a concurrent head, it changes the records as they are there."""
+        records = updated_records(self._table(table), changes)
+        return self._upsert(table, records, lambda uid, _: Update(table, uid, dict(changes)))
+
+    def upsert(
+        self,
+        table: str,
+        rows: Any,
+        *,
+        when_matched: str = "update",
+        when_not_matched: str = "insert",
+        condition: Callable[[dict[str, Any], dict[str, Any]], Any] | None = None,
+    ) -> Database:
+        """A conditional upsert (SQL ``MERGE``, Lance ``merge_insert``).
+
+        For each record of ``rows`` (as ``write`` takes them) whose key exists:
+        ``when_matched`` "update" merges its fields into the record, "replace"
+        writes it whole, "skip" leaves the record; with ``condition`` only when
+        ``condition(current, new)`` is true. A record whose key does not exist
+        is inserted unless ``when_not_matched`` is "skip"."""
+        current = self._table(table)
+        records = upserted_records(current, rows, when_matched, when_not_matched, condition)
+        return self._upsert(
+            table,
+            records,
+            lambda uid, _: Upsert(table, uid, rows, when_matched, when_not_matched, condition),
+        )
+
+    def delete_where(self, table: str, predicate: Any) -> Database:
+        """Delete the records ``predicate`` holds for: a ``pyarrow.compute.Expression``
+        (``pc.field("qty") == 0``) or a function of a record. Replayed on a
+        concurrent head, it deletes what matches there."""
+        keys = deleted_keys(self._table(table), predicate)
+        return self._delete(table, keys, lambda uid: DeleteWhere(table, uid, predicate))
 
     def _records(
         self, table: Table, rows: pa.Table, fields: Sequence[str] | None
@@ -493,6 +542,32 @@ class Database:
         return self._table(table).to_arrow(
             fields=check_fields(fields), from_pk=from_pk, to_pk=to_pk
         )
+
+    def to_batches(
+        self,
+        table: str,
+        fields: Sequence[str] | None = None,
+        from_pk: Any = None,
+        to_pk: Any = None,
+        filter: Any = None,
+    ) -> pa.RecordBatchReader:
+        """The table as a stream of record batches in key order, read a tablet at a time
+        (bounded memory); ``filter`` is a ``pyarrow.compute.Expression``."""
+        current = self._table(table)
+        return batch_reader(current, check_fields(fields), from_pk, to_pk, check_filter(filter))
+
+    def to_pandas(self, table: str, fields: Sequence[str] | None = None, **bounds: Any) -> Any:
+        """The table as a pandas DataFrame (``merkle-db[pandas]``)."""
+        return to_pandas(self.to_arrow(table, fields, **bounds))
+
+    def to_polars(self, table: str, fields: Sequence[str] | None = None, **bounds: Any) -> Any:
+        """The table as a Polars DataFrame (``merkle-db[polars]``)."""
+        return to_polars(self.to_arrow(table, fields, **bounds))
+
+    def dataset(self, table: str) -> Any:
+        """The table as a lazy ``pyarrow.dataset.Dataset`` (one fragment per tablet) that
+        DuckDB and Polars scan with key-range and projection pushdown."""
+        return table_dataset(self._table(table))[0]
 
     # -- tablets -------------------------------------------------------------------
 

@@ -32,8 +32,11 @@ __all__ = [
     "Compact",
     "CreateTable",
     "Delete",
+    "DeleteWhere",
     "DropTable",
     "Op",
+    "Update",
+    "Upsert",
     "Write",
 ]
 
@@ -117,6 +120,58 @@ class Delete(Op):
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
         return _replayed(self.table, db, lambda: db.delete(self.table, self.keys))
+
+
+@dataclass(frozen=True)
+class Update(Op):
+    """Only the given fields of existing records: re-read on the new head when replayed."""
+
+    table: str
+    uid: str
+    changes: Mapping[Any, Mapping[str, Any]]
+
+    def apply(self, db: Database) -> Database:
+        _same_table(db, self.table, self.uid)
+        return _replayed(self.table, db, lambda: db.update(self.table, self.changes))
+
+
+@dataclass(frozen=True)
+class Upsert(Op):
+    """A conditional upsert: matched / not matched decided again on the new head."""
+
+    table: str
+    uid: str
+    rows: Any
+    when_matched: str
+    when_not_matched: str
+    condition: Callable[..., Any] | None
+
+    def apply(self, db: Database) -> Database:
+        _same_table(db, self.table, self.uid)
+        return _replayed(
+            self.table,
+            db,
+            lambda: db.upsert(
+                self.table,
+                self.rows,
+                when_matched=self.when_matched,
+                when_not_matched=self.when_not_matched,
+                condition=self.condition,
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class DeleteWhere(Op):
+    """A delete by predicate: what matches on the new head is deleted when replayed."""
+
+    table: str
+    uid: str
+    predicate: Any
+
+    def apply(self, db: Database) -> Database:
+        _same_table(db, self.table, self.uid)
+        return _replayed(self.table, db, lambda: db.delete_where(self.table, self.predicate))
 
 
 @dataclass(frozen=True)

@@ -129,9 +129,10 @@ def can_widen(old: pa.DataType, new: pa.DataType) -> bool:
         return True
     if types.is_integer(old) and types.is_integer(new):
         if types.is_signed_integer(old):
-            return types.is_signed_integer(new) and new.bit_width >= old.bit_width
-        return new.bit_width > old.bit_width or (
-            types.is_unsigned_integer(new) and new.bit_width >= old.bit_width
+            return bool(types.is_signed_integer(new) and new.bit_width >= old.bit_width)
+        return bool(
+            new.bit_width > old.bit_width
+            or (types.is_unsigned_integer(new) and new.bit_width >= old.bit_width)
         )
     if types.is_integer(old) and new == pa.float64():
         return bool(old.bit_width <= 32)
