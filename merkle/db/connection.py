@@ -18,8 +18,9 @@ from merkle.blocks.cid import CID, DAG_CBOR
 from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
 from merkle.blocks.store import BlockStore
 from merkle.blocks.walk import walk_levels
-from merkle.db.database import Database, check_metadata
+from merkle.db.database import Database
 from merkle.db.dbroot import DbRoot
+from merkle.db.inputs import check_metadata
 from merkle.db.readers import ReaderLeaseKeeper
 from merkle.db.writer import WriterSession
 from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError

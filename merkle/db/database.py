@@ -14,19 +14,22 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 
 from merkle.blocks.cid import CID
-from merkle.blocks.codec import encode_node
 from merkle.db.changes import deleted_keys, updated_records, upserted_records
 from merkle.db.dataset import table_dataset
 from merkle.db.dbroot import DbRoot
-from merkle.db.inputs import as_rows, check_fields, check_keys
+from merkle.db.inputs import (
+    as_rows,
+    check_fields,
+    check_keys,
+    check_metadata,
+    check_table_name,
+)
 from merkle.db.ops import (
     AlterDbMeta,
     AlterFamilies,
@@ -46,14 +49,14 @@ from merkle.db.ops import (
 from merkle.db.readers import ReaderLease
 from merkle.db.staging import StagedBlocks
 from merkle.db.streams import batch_reader, check_filter, to_pandas, to_polars
-from merkle.errors import ConflictError, MerkleError, NotFoundError, UsageError
+from merkle.db.tableinfo import describe_table, list_tablets, read_stray_tablet
+from merkle.db.tablestate import TableChange as _Change
+from merkle.db.tablestate import TableState as _TableState
+from merkle.errors import ConflictError, NotFoundError, UsageError
 from merkle.refs import JournalConflictError, JournalEntry
-from merkle.tablets.batch import BatchContent, fold
 from merkle.tablets.evolve import SchemaChange
-from merkle.tablets.keys import KeyCodec, infer_key_codec_arrow
-from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
+from merkle.tablets.rows import empty_keys, sort_rows
 from merkle.tablets.schema import check_schema, with_free_fields
-from merkle.tablets.segment import arrow_to_records
 from merkle.tablets.store import TableStore
 from merkle.tablets.table import Table, check_limits
 
@@ -64,75 +67,6 @@ __all__ = ["Database"]
 
 #: How often a commit replays on a moved head before giving up.
 MAX_COMMIT_ATTEMPTS = 64
-
-
-def check_table_name(name: object) -> str:
-    """A table name: a non-empty string of printable characters, at most 255 bytes."""
-    if not isinstance(name, str) or not name:
-        raise UsageError(f"a table name must be a non-empty string, got {name!r}")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name) or len(name.encode()) > 255:
-        raise UsageError(
-            f"table name {name!r} is invalid: use at most 255 bytes and no control characters"
-        )
-    return name
-
-
-def check_metadata(value: Any, what: str) -> Any:
-    """``value`` if it can be stored in a node (DAG-CBOR), else a UsageError naming ``what``."""
-    try:
-        encode_node(value)
-    except UsageError as exc:
-        raise UsageError(f"{what} cannot be stored: {exc}") from None
-    return value
-
-
-@dataclass(frozen=True)
-class _Change:
-    """A buffered write (sorted Arrow rows) or delete (encoded keys) on one table."""
-
-    upserts: SortedRows | None = None
-    deletes: pa.Array | None = None
-
-
-@dataclass(frozen=True)
-class _TableState:
-    """A table as this transaction sees it: a materialised table plus buffered changes."""
-
-    table: Table
-    changes: tuple[_Change, ...] = ()
-    modified: bool = True  # False for a table only loaded from the base version
-    _cache: dict[str, Table] = field(default_factory=dict, compare=False, repr=False)
-
-    def current(self, version: int) -> Table:
-        """The table with every buffered change folded in (computed once per value)."""
-        if not self.changes:
-            return self.table
-        done = self._cache.get("table")
-        if done is None:
-            spec = self.table.spec
-            codec = spec.codec
-            contents = []
-            for change in reversed(self.changes):
-                if change.upserts is not None:
-                    rows = change.upserts
-                    none = np.zeros(len(rows), bool)
-                    contents.append(BatchContent(rows, none, empty_keys(codec), np.zeros(0, bool)))
-                else:
-                    assert change.deletes is not None
-                    empty = pa.table({spec.key_field: pa.array([], type=codec.arrow_type)})
-                    dels = change.deletes
-                    contents.append(
-                        BatchContent(
-                            SortedRows(empty, empty_keys(codec)),
-                            np.zeros(0, bool),
-                            dels,
-                            np.zeros(len(dels), bool),
-                        )
-                    )
-            folded = fold(contents, spec.key_field, codec)
-            done = self.table.apply_changes(folded.upserts, folded.deletes, version)
-            self._cache["table"] = done
-        return done
 
 
 class Database:
@@ -341,27 +275,7 @@ class Database:
         return self._with_table(name, None, DropTable(name, state.table.root.uid))
 
     def describe_table(self, name: str) -> dict[str, Any]:
-        table = self._table(name)
-        root = table.root
-        return {
-            "id": str(self._ts.put_node(root.to_node())),
-            "name": name,
-            "key": list(root.key_fields) if len(root.key_fields) > 1 else root.key_fields[0],
-            "key_codec": root.key_codec,
-            "tablets": len(table.tablets()),
-            "count": table.count,
-            "size": table.size,
-            "patch": table.patch_stats(),
-            "families": {f: sorted(fields) for f, fields in root.families.items()},
-            "limits": {
-                "tablet_size_limit": root.limits.tablet_size,
-                "branching_factor": root.limits.branching,
-                "patch_limit": root.limits.patch,
-                "patch_share": root.limits.patch_share,
-            },
-            "metadata": root.meta,
-            "schema": root.schema,
-        }
+        return describe_table(self._ts, self._table(name), name)
 
     def alter_table_meta(self, name: str, fn: Callable[..., Any], *args: Any) -> Database:
         state = self._state(name)
@@ -577,21 +491,7 @@ class Database:
         Pending changes are not in any tablet yet: ``scan`` shows them; commit
         with a flushed table (``merkle compact`` or enough writes) to fold them in.
         """
-        current = self._table(table)
-        codec = current.codec
-        out = []
-        for ref in current.tablets():
-            assert codec is not None
-            out.append(
-                {
-                    "id": str(ref.cid),
-                    "count": ref.count,
-                    "size": ref.size,
-                    "start": codec.decode(ref.first_key),
-                    "end": codec.decode(ref.last_key),
-                }
-            )
-        return out
+        return list_tablets(self._table(table))
 
     def _tablet_owner(self, cid: CID) -> Table | None:
         for name in self.list_tables():
@@ -610,17 +510,7 @@ class Database:
         if owner is not None:
             rows = owner.read_tablet(cid, fields)
             return iter(self._records(owner, rows, fields))
-        # A tablet made outside this database (e.g. by a bulk job): read it by its own schema.
-        try:
-            node = self._ts.tablet(cid)
-        except MerkleError as exc:
-            raise NotFoundError(f"{tablet_id} is not a readable tablet: {exc}") from None
-        base = self._ts.segment(node.segments["base"])
-        key_field = base.column_names[0]
-        codec: KeyCodec = infer_key_codec_arrow(base.schema.field(key_field).type)
-        stray = Table.new(self._ts, key_field=key_field, key_codec=codec.spec)
-        rows = stray.read_tablet(cid, fields)
-        return iter(arrow_to_records(rows, key_field=key_field, codec=codec, fields=fields))
+        return read_stray_tablet(self._ts, cid, fields)
 
     def build_table(self, table: str, tablet_ids: Sequence[str]) -> Database:
         """This database with ``table``'s data replaced by the given tablets (in key order)."""

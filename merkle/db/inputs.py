@@ -15,10 +15,18 @@ from typing import Any
 
 import pyarrow as pa
 
+from merkle.blocks.codec import encode_node
 from merkle.errors import UsageError
 from merkle.tablets.conform import KeyLayout
 
-__all__ = ["as_rows", "check_fields", "check_keys", "is_arrow_like"]
+__all__ = [
+    "as_rows",
+    "check_fields",
+    "check_keys",
+    "check_metadata",
+    "check_table_name",
+    "is_arrow_like",
+]
 
 
 def is_arrow_like(data: Any) -> bool:
@@ -136,3 +144,23 @@ def check_keys(keys: Any, table: str) -> list[Any]:
             f"{type(keys).__name__} {keys!r}: pass [{keys!r}] for one key"
         )
     return list(keys)
+
+
+def check_table_name(name: object) -> str:
+    """A table name: a non-empty string of printable characters, at most 255 bytes."""
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"a table name must be a non-empty string, got {name!r}")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name) or len(name.encode()) > 255:
+        raise UsageError(
+            f"table name {name!r} is invalid: use at most 255 bytes and no control characters"
+        )
+    return name
+
+
+def check_metadata(value: Any, what: str) -> Any:
+    """``value`` if it can be stored in a node (DAG-CBOR), else a UsageError naming ``what``."""
+    try:
+        encode_node(value)
+    except UsageError as exc:
+        raise UsageError(f"{what} cannot be stored: {exc}") from None
+    return value
