@@ -116,9 +116,11 @@ def _from_json(item: Any, spec: str) -> Any:
 
 
 def _from_items(items: list[Any], specs: list[str]) -> tuple[Any, ...]:
-    if len(items) != len(specs):
-        raise _BadKeyError(f"expected {len(specs)} items, got {len(items)}")
-    return tuple(_from_json(item, spec) for item, spec in zip(items, specs, strict=True))
+    if not items or len(items) > len(specs):
+        raise _BadKeyError(f"expected 1 to {len(specs)} items, got {len(items)}")
+    return tuple(
+        _from_json(item, spec) for item, spec in zip(items, specs[: len(items)], strict=True)
+    )
 
 
 def _example(specs: list[str]) -> str:
@@ -143,7 +145,10 @@ def parse_key(text: str, spec: str | None) -> Any:
         return text
     try:
         value = _from_text(text, spec)
-        return key_codec(spec).normalize(value)
+        codec = key_codec(spec)
+        if codec.encode_prefix(value) is not None:
+            return value  # a key prefix: a bound for scans of a composite key
+        return codec.normalize(value)
     except _BadKeyError as exc:
         reason = str(exc)
     except UsageError as exc:

@@ -34,6 +34,7 @@ from merkle.cli.sources import (
 )
 from merkle.errors import MerkleError
 from merkle.tablets.keys import key_codec as codec_of
+from merkle.tablets.schema import is_free
 
 __all__ = ["INPUT_FORMATS", "detect_format", "load"]
 
@@ -53,6 +54,23 @@ def _key_types(spec: str | None, key_fields: list[str]) -> dict[str, pa.DataType
         name: kind
         for name, kind in zip(key_fields, types, strict=True)
         if not pa.types.is_timestamp(kind)
+    }
+
+
+def _schema_types(schema: pa.Schema | None) -> dict[str, pa.DataType]:
+    """The table's field types that the readers parse directly (numbers, strings, dates)."""
+    if schema is None:
+        return {}
+    plain = (
+        pa.types.is_integer,
+        pa.types.is_floating,
+        pa.types.is_decimal,
+        pa.types.is_string,
+        pa.types.is_boolean,
+        pa.types.is_date,
+    )
+    return {
+        f.name: f.type for f in schema if any(check(f.type) for check in plain) and not is_free(f)
     }
 
 
@@ -242,9 +260,8 @@ def load(
     if delimiter is not None and len(delimiter) != 1:
         raise CliError(f"--delimiter must be one character, got {delimiter!r}")
     nulls = ("",) if null_values is None else tuple(v for v in null_values.split(","))
-    options = ReadOptions(
-        tuple(key_fields), _key_types(spec, key_fields), parse_types(column_types), delimiter, nulls
-    )
+    types = {**_schema_types(database.describe_table(table)["schema"]), **parse_types(column_types)}
+    options = ReadOptions(tuple(key_fields), _key_types(spec, key_fields), types, delimiter, nulls)
     sources = [
         Source(path, f, 0 if path == "-" else os.path.getsize(path))
         for path, f in zip(files, formats, strict=True)
@@ -265,7 +282,10 @@ def load(
                     read += batch.num_rows
                     progress.advance(batch.num_rows, before + source.consumed(read))
             except (pa.ArrowException, OSError) as exc:
-                where = locate_csv_error(source, options, schema) if schema is not None else None
+                expected = {**options.column_types, **options.key_types}
+                if schema is not None:
+                    expected = {**{f.name: f.type for f in schema}, **expected}
+                where = locate_csv_error(source, options, expected)
                 raise CliError(
                     f"cannot read {source.path} as {source.fmt}: "
                     + (where if where else f"{_short(exc)} (after row {read})")

@@ -316,7 +316,9 @@ def _cast(batch: pa.RecordBatch, types: Mapping[str, pa.DataType]) -> pa.RecordB
     return batch.cast(pa.schema(fields))
 
 
-def locate_csv_error(source: Source, options: ReadOptions, expected: pa.Schema) -> str | None:
+def locate_csv_error(
+    source: Source, options: ReadOptions, expected: Mapping[str, pa.DataType]
+) -> str | None:
     """Where a CSV value fails to convert: ``row N, column C: value V is not T`` (or None).
 
     The file is read again with every column as text and each column cast
@@ -325,7 +327,7 @@ def locate_csv_error(source: Source, options: ReadOptions, expected: pa.Schema) 
     if source.fmt != "csv" or source.path == "-":
         return None
     as_text = ReadOptions(
-        options.key_fields, {}, {n: pa.string() for n in expected.names}, options.delimiter, ()
+        options.key_fields, {}, {n: pa.string() for n in expected}, options.delimiter, ()
     )
     stream, counter = _open_text(source.path)
     row = 0
@@ -333,8 +335,9 @@ def locate_csv_error(source: Source, options: ReadOptions, expected: pa.Schema) 
         reader = _csv_reader(stream, as_text, as_text.column_types, source.path)
         try:
             for batch in reader:
-                for name in expected.names:
-                    target = expected.field(name).type
+                for name, target in expected.items():
+                    if name not in batch.schema.names:
+                        continue
                     column = batch.column(name)
                     nulls = pa.array(list(options.null_values), pa.string())
                     column = pc.if_else(pc.is_in(column, value_set=nulls), None, column)

@@ -129,10 +129,9 @@ def fit_column(
     try:
         candidate = column.cast(target, safe=False)
         back = candidate.cast(source, safe=False)
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid) as exc:
-        raise SchemaError(
-            f"field {name!r} is {target}; {source} data cannot become it: {exc}"
-        ) from None
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        # No exact cast kernel (int64 -> decimal128(10, 2), ...): convert value by value.
+        return _typed_array(name, column.to_pylist(), target, key_of)
     if back.equals(column):
         return candidate
     before, after = column.to_pylist(), back.to_pylist()
