@@ -63,8 +63,8 @@ def scan(
     records = database.scan(
         table,
         fields=names,
-        from_pk=None if from_key is None else parse_key(from_key, spec),
-        to_pk=None if to_key is None else parse_key(to_key, spec),
+        from_pk=None if from_key is None else parse_key(from_key, spec, prefix=True),
+        to_pk=None if to_key is None else parse_key(to_key, spec, prefix=True),
         offset=offset,
         limit=limit,
         reverse=reverse,
