@@ -250,7 +250,7 @@ class Database:
             check_metadata(metadata, f"metadata of table {name!r}"),
             (limits.tablet_size, limits.branching, limits.patch, limits.patch_share),
             uuid.uuid4().hex,
-            *with_free_fields(check_schema(schema), schema_free),
+            *with_free_fields(check_schema(schema, key), schema_free),
         )
         return self._create_table(op)
 

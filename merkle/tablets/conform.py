@@ -164,14 +164,19 @@ def _typed_array(
     name: str, values: Sequence[Any], target: pa.DataType, key_of: Callable[[int], Any]
 ) -> pa.Array:
     """Python values as an array of ``target``; SchemaError naming the first that does not fit."""
+    integral = pa.types.is_integer(target)
     try:
-        return pa.array(values, type=target)
+        array = pa.array(values, type=target)
+        if not integral or not any(_fractional(v) for v in values):
+            return array
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         pass
     for position, value in enumerate(values):
         if value is None:
             continue
         try:
+            if integral and _fractional(value):
+                raise ValueError("it is not a whole number")  # pyarrow would truncate it
             pa.array([value], type=target)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise SchemaError(
@@ -181,6 +186,10 @@ def _typed_array(
                 "schema-free, or fix the value"
             ) from None
     raise SchemaError(f"field {name!r} is {target}: its values do not fit it")
+
+
+def _fractional(value: Any) -> bool:
+    return isinstance(value, float) and not value.is_integer()
 
 
 def _check_nullability(
@@ -323,7 +332,8 @@ def conform_arrow(
         else:
             array = fit_column(name, column, storage_type(target.type), key_of)
         stored[name] = (_stored_field(target), array)
-    full = _extend(schema, new_fields)
+    order = {name: i for i, name in enumerate(names)}
+    full = _extend(schema, sorted(new_fields, key=lambda f: order[f.name]))
     _check_nullability(full, {n: a for n, (_, a) in stored.items()}, key, key_of)
     return Conformed(_segment(key, key_array, codec, stored), full, codec)
 
@@ -355,6 +365,7 @@ def conform_records(
     schema = schema if schema is not None else pa.schema([])
     keys: list[Any] = []
     columns: dict[str, list[Any]] = {}
+    first_seen: dict[str, int] = {}  # field -> order of first appearance (the column order)
     count = len(records)
     for position, record in enumerate(records):
         if not isinstance(record, Mapping):
@@ -371,12 +382,14 @@ def conform_records(
         keys.append(value)
         for name, item in record.items():
             if name in key.fields:
+                first_seen.setdefault(name, len(first_seen))
                 continue
             values = columns.get(name)
             if values is None:
                 if item is None:
                     continue
                 values = columns[name] = [None] * count
+                first_seen.setdefault(name, len(first_seen))
             values[position] = item
     _check_names(list(columns), key)
     if codec is None:
@@ -417,7 +430,7 @@ def conform_records(
         else:
             array = _typed_array(name, values, storage_type(target.type), key_of)
         stored[name] = (_stored_field(target), array)
-    full = _extend(schema, new_fields)
+    full = _extend(schema, sorted(new_fields, key=lambda f: first_seen.get(f.name, -1)))
     _check_nullability(full, {n: a for n, (_, a) in stored.items()}, key, key_of)
     return Conformed(_segment(key, key_array, codec, stored), full, codec)
 

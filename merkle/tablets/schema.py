@@ -116,10 +116,11 @@ def decode_schema(data: bytes, where: object = None) -> pa.Schema:
         raise IntegrityError(f"table root {where} holds a malformed schema: {exc}") from None
 
 
-def check_schema(schema: Any) -> pa.Schema | None:
+def check_schema(schema: Any, key: str | Sequence[str] = ()) -> pa.Schema | None:
     """A declared schema (a ``pyarrow.Schema``, or a list of ``pyarrow.Field``), checked.
 
-    Field names must be non-empty and unique; schema metadata is dropped.
+    Field names must be non-empty and unique and include the ``key`` fields;
+    schema metadata is dropped.
     """
     if schema is None:
         return None
@@ -138,6 +139,7 @@ def check_schema(schema: Any) -> pa.Schema | None:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise SchemaError(f"the schema names fields {repeated} more than once")
+    key_schema_fields(schema, [key] if isinstance(key, str) else list(key))
     return schema.remove_metadata()
 
 

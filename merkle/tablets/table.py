@@ -169,7 +169,7 @@ class Table:
         if layout.composite and not typed:
             raise UsageError("a key of several fields needs a typed table")
         spec = parse_key_codec(key_codec).spec if key_codec is not None else None
-        if schema is not None:
+        if schema is not None and set(layout.fields) <= set(schema.names):
             key_types = [field.type for field in key_schema_fields(schema, layout.fields)]
             declared = codec_for_types(key_types)
             if spec is None:
