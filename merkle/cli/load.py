@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from typing import Any
 
 import click
@@ -30,6 +31,7 @@ from merkle.cli.sources import (
     key_values,
     locate_csv_error,
     parse_types,
+    peek_types,
     read_batches,
 )
 from merkle.errors import MerkleError
@@ -196,7 +198,7 @@ def _describe_files(paths: tuple[str, ...]) -> str:
     "--null-values",
     default=None,
     metavar="A,B",
-    help="CSV cells that mean no value (default: only the empty cell); never the key.",
+    help="CSV cells that mean no value, besides the empty cell (never applied to the key).",
 )
 @click.option(
     "--column-types",
@@ -259,13 +261,19 @@ def load(
     delimiter = "\t" if delimiter in ("tab", "\\t") else delimiter
     if delimiter is not None and len(delimiter) != 1:
         raise CliError(f"--delimiter must be one character, got {delimiter!r}")
-    nulls = ("",) if null_values is None else tuple(v for v in null_values.split(","))
+    # An empty cell is always no value; --null-values adds to it.
+    nulls = ("", *(v for v in (null_values or "").split(",") if v))
     types = {**_schema_types(database.describe_table(table)["schema"]), **parse_types(column_types)}
     options = ReadOptions(tuple(key_fields), _key_types(spec, key_fields), types, delimiter, nulls)
     sources = [
         Source(path, f, 0 if path == "-" else os.path.getsize(path))
         for path, f in zip(files, formats, strict=True)
     ]
+    unknown = [name for name in key_fields if name not in options.key_types]
+    if unknown and nulls != ("",) and sources:
+        # A new key: learn its type without null values, so they never touch it.
+        learned = peek_types(sources[0], options, unknown)
+        options = replace(options, key_types={**options.key_types, **learned})
     duplicates = _Duplicates(on_duplicate, key_fields)
     rows = 0
     with _Progress(sum(s.size for s in sources)) as progress:

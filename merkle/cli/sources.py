@@ -32,6 +32,7 @@ __all__ = [
     "detect_format",
     "parse_type",
     "parse_types",
+    "peek_types",
     "read_batches",
 ]
 
@@ -304,6 +305,31 @@ def read_batches(source: Source, options: ReadOptions) -> Iterator[pa.RecordBatc
             reader.close()
         if source.path != "-":
             source.counter.raw.close()
+
+
+def peek_types(
+    source: Source, options: ReadOptions, names: Sequence[str]
+) -> dict[str, pa.DataType]:
+    """The types the CSV reader gives ``names`` in the first block, with no null values.
+
+    A key column is read with these (null values never apply to the key), so
+    a key ``null`` in a new table is the string it is.
+    """
+    if source.fmt != "csv" or source.path == "-":
+        return {}
+    plain = ReadOptions(options.key_fields, {}, options.column_types, options.delimiter, ("",))
+    stream, counter = _open_text(source.path)
+    try:
+        reader = _csv_reader(stream, plain, dict(options.column_types), source.path)
+        try:
+            schema = reader.schema
+        finally:
+            reader.close()
+    except pa.ArrowException:
+        return {}
+    finally:
+        counter.raw.close()
+    return {name: schema.field(name).type for name in names if name in schema.names}
 
 
 def _cast(batch: pa.RecordBatch, types: Mapping[str, pa.DataType]) -> pa.RecordBatch:
