@@ -241,6 +241,7 @@ def load(
     if any(not name for name in key):
         raise CliError(f"--key {','.join(keys)!r} has an empty field name")
     database = open_db(db)
+    base_version = database.version
     created = table not in database.list_tables()
     if created:
         if not key:
@@ -311,6 +312,12 @@ def load(
         message=message or f"load {rows} rows into {table} from {_describe_files(files)}",
         author=author,
     )
+    if done.version == base_version and not created:
+        say(
+            f"no change: {db}.{table} already holds these {rows:,} rows "
+            f"(still version {done.version})"
+        )
+        return
     dropped = duplicates.dropped
     note = ""
     if dropped:

@@ -30,6 +30,7 @@ from merkle.db.inputs import (
     check_metadata,
     check_table_name,
 )
+from merkle.db.noop import changes_nothing
 from merkle.db.ops import (
     AlterDbMeta,
     AlterFamilies,
@@ -592,6 +593,8 @@ class Database:
             return self
         if self._committed is not None:
             return self._committed  # committing the same value twice makes one version
+        if changes_nothing(self, self._tables):
+            return self._conn._database(self._entry)  # the data is as it was: no version
         db = self
         for attempt in range(MAX_COMMIT_ATTEMPTS):
             root = db._save_root()

@@ -42,27 +42,31 @@ class TableState:
             return self.table
         done = self._cache.get("table")
         if done is None:
-            spec = self.table.spec
-            codec = spec.codec
-            contents = []
-            for change in reversed(self.changes):
-                if change.upserts is not None:
-                    rows = change.upserts
-                    none = np.zeros(len(rows), bool)
-                    contents.append(BatchContent(rows, none, empty_keys(codec), np.zeros(0, bool)))
-                else:
-                    assert change.deletes is not None
-                    empty = pa.table({spec.key_field: pa.array([], type=codec.arrow_type)})
-                    dels = change.deletes
-                    contents.append(
-                        BatchContent(
-                            SortedRows(empty, empty_keys(codec)),
-                            np.zeros(0, bool),
-                            dels,
-                            np.zeros(len(dels), bool),
-                        )
-                    )
-            folded = fold(contents, spec.key_field, codec)
+            folded = self.folded()
             done = self.table.apply_changes(folded.upserts, folded.deletes, version)
             self._cache["table"] = done
         return done
+
+    def folded(self) -> BatchContent:
+        """Every buffered change folded into one: the newest change of each key wins."""
+        spec = self.table.spec
+        codec = spec.codec
+        contents = []
+        for change in reversed(self.changes):
+            if change.upserts is not None:
+                rows = change.upserts
+                none = np.zeros(len(rows), bool)
+                contents.append(BatchContent(rows, none, empty_keys(codec), np.zeros(0, bool)))
+            else:
+                assert change.deletes is not None
+                empty = pa.table({spec.key_field: pa.array([], type=codec.arrow_type)})
+                dels = change.deletes
+                contents.append(
+                    BatchContent(
+                        SortedRows(empty, empty_keys(codec)),
+                        np.zeros(0, bool),
+                        dels,
+                        np.zeros(len(dels), bool),
+                    )
+                )
+        return fold(contents, spec.key_field, codec)

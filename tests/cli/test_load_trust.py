@@ -181,3 +181,14 @@ def test_a_parquet_file_named_csv_fails_cleanly_100_times(tmp_path: Path) -> Non
         assert done.stdout == ""
         assert_one_error_line(done.stderr)
         assert "looks like Parquet" in done.stderr
+
+
+def test_loading_the_same_file_again_says_nothing_changed(
+    run: Run, conn: merkle.Connection, shop: merkle.Database, tmp_path: Path
+) -> None:
+    path = tmp_path / "a.csv"
+    path.write_text("id,v\n1,a\n2,b\n")
+    assert "(version 1)" in run.ok("load", "shop", "t", str(path), "--key", "id").stdout
+    out = run.ok("load", "shop", "t", str(path)).stdout
+    assert out == "no change: shop.t already holds these 2 rows (still version 1)\n"
+    assert [e.version for e in conn.history("shop")] == [1, 0]

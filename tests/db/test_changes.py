@@ -148,3 +148,16 @@ def test_a_string_is_not_a_list_of_keys(conn: merkle.Connection) -> None:
         db.get_records("t", "abc")
     with pytest.raises(UsageError, match="list of keys"):
         db.delete("t", "abc")
+
+
+def test_a_commit_that_changes_no_data_makes_no_version(conn: merkle.Connection) -> None:
+    """Before: loading the same records again made a new version each time."""
+    db = _shop(conn)
+    same = db.write(
+        "t", [{"id": i, "name": f"n{i}", "qty": i % 4, "price": float(i)} for i in range(10)]
+    )
+    again = same.delete("t", [12345]).commit()
+    assert again.version == db.version == 1
+    assert not again.dirty
+    changed = db.write("t", [{"id": 1, "name": "n1", "qty": 1, "price": 1.5}]).commit()
+    assert changed.version == 2
