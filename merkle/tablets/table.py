@@ -23,6 +23,7 @@ from merkle.tablets.batch import (
     delete_keys,
     fold,
     load_batch,
+    lookup_pending,
     merge_tier,
     upsert_keys,
     write_batch,
@@ -49,85 +50,13 @@ from merkle.tablets.segment import (
     project,
     records_to_arrow,
 )
+from merkle.tablets.settings import check_families, check_limits, key_successor, unreversed
 from merkle.tablets.store import TableStore
 from merkle.tablets.tree import TableSpec, Tree, node_ref
 
-__all__ = ["Table", "check_families", "check_limits"]
-
-
-def _successor(prefix: bytes) -> bytes | None:
-    """The least bytes above every string that starts with ``prefix`` (None: there is none)."""
-    stripped = prefix.rstrip(b"\xff")
-    if not stripped:
-        return None
-    return stripped[:-1] + bytes([stripped[-1] + 1])
-
-
-def _unreversed(codec: KeyCodec) -> KeyCodec:
-    while hasattr(codec, "inner"):
-        codec = codec.inner
-    return codec
-
+__all__ = ["Table", "check_families", "check_limits"]  # the checks live in .settings
 
 _PREFETCH = 8  # leaves whose segments a scan fetches at once
-
-
-def check_families(
-    families: Mapping[str, Any] | None, key_field: str
-) -> dict[str, tuple[str, ...]]:
-    """Validate ``{family: fields}``; a field belongs to one family; never the key or ``base``."""
-    if families is None:
-        return {}
-    if not isinstance(families, Mapping):
-        raise UsageError(f"families must be a mapping of name -> field names, got {families!r}")
-    seen: dict[str, str] = {}
-    out: dict[str, tuple[str, ...]] = {}
-    for name, fields in families.items():
-        if not isinstance(name, str) or not name or name == BASE:
-            raise UsageError(
-                f"family name {name!r} is invalid: use a non-empty name other than 'base'"
-            )
-        if isinstance(fields, str) or not hasattr(fields, "__iter__"):
-            raise UsageError(f"family {name!r} must list field names, got {fields!r}")
-        members = sorted(set(fields))
-        for field in members:
-            if not isinstance(field, str) or not field:
-                raise UsageError(f"family {name!r} holds an invalid field name {field!r}")
-            if field == key_field:
-                raise UsageError(f"the key field {key_field!r} cannot belong to family {name!r}")
-            if field in seen:
-                raise UsageError(
-                    f"field {field!r} is in two families: {seen[field]!r} and {name!r}"
-                )
-            seen[field] = name
-        out[name] = tuple(members)
-    return out
-
-
-def check_limits(
-    tablet_size: int | None = None,
-    branching: int | None = None,
-    patch: int | None = None,
-    patch_share: int | None = None,
-) -> Limits:
-    """Limits with defaults filled in; UsageError for values that cannot work."""
-    default = Limits()
-    values = {
-        "tablet_size_limit": (tablet_size, default.tablet_size, 1),
-        "branching_factor": (branching, default.branching, 3),
-        "patch_limit": (patch, default.patch, 0),
-        "patch_share": (patch_share, default.patch_share, 0),
-    }
-    chosen = []
-    for name, (value, fallback, least) in values.items():
-        if value is None:
-            value = fallback
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise UsageError(f"{name} must be an integer >= {least}, got {value!r}")
-        if name == "patch_share" and value > 1000:
-            raise UsageError(f"patch_share is a percentage of the table, at most 1000, got {value}")
-        chosen.append(value)
-    return Limits(*chosen)
 
 
 class Table:
@@ -175,7 +104,7 @@ class Table:
             if spec is None:
                 spec = declared.spec
         if spec is not None and layout.composite:
-            arity = len(getattr(_unreversed(parse_key_codec(spec)), "components", ()))
+            arity = len(getattr(unreversed(parse_key_codec(spec)), "components", ()))
             if arity != len(layout.fields):
                 raise UsageError(
                     f"key codec {spec!r} does not fit the key {list(layout.fields)}: "
@@ -561,26 +490,9 @@ class Table:
         if codec is None or not keys:
             return self._empty(fields)
         wanted = sorted({codec.encode(k) for k in keys})
-        pieces: list[pa.Table] = []
-        overlay_rows: list[int] = []
-        rest: list[bytes] = []
-        if self.root.pending:
-            overlay = self.overlay()
-            for key, row in zip(wanted, overlay.lookup_many(wanted), strict=True):
-                if row is None:
-                    rest.append(key)
-                elif row >= 0:
-                    overlay_rows.append(row)
-        else:
-            rest = wanted
         key_field = self.root.key_field
-        if overlay_rows:
-            rows = self.overlay().content.upserts.table.take(
-                pa.array(overlay_rows, type=pa.int64())
-            )
-            pieces.append(
-                project(rows, fields, key_field=key_field) if fields is not None else rows
-            )
+        found, rest = lookup_pending(self.ts, self.root.pending, wanted, key_field, codec)
+        pieces = [project(rows, fields, key_field=key_field) for rows in found]
         tree = self._tree()
         for cid, part in tree.locate(self.data_ref(), rest).items():
             positions = [p for p in tree.tablet_keys(cid).find(part) if p >= 0]
@@ -631,7 +543,7 @@ class Table:
             if prefix is None:
                 stop = min(stop, rank(codec.encode(to_pk), True))
             else:
-                after = _successor(prefix)
+                after = key_successor(prefix)
                 if after is not None:
                     stop = min(stop, rank(after, False))
         if from_index is not None:
