@@ -18,9 +18,12 @@ import pyarrow.compute as pc
 
 from merkle.db.inputs import as_arrow, as_rows, is_arrow_like
 from merkle.errors import UsageError
+from merkle.tablets.conform import KeyLayout, conform_records
+from merkle.tablets.rows import SortedRows, sort_rows
+from merkle.tablets.schema import is_free, storage_type
 from merkle.tablets.table import Table
 
-__all__ = ["MATCHED", "NOT_MATCHED", "deleted_keys", "updated_records", "upserted_records"]
+__all__ = ["MATCHED", "NOT_MATCHED", "deleted_keys", "updated_rows", "upserted_records"]
 
 #: What ``upsert`` does with a record whose key exists: merge the given fields
 #: into it, replace it whole, or leave it.
@@ -31,12 +34,81 @@ NOT_MATCHED = ("insert", "skip")
 Condition = Callable[[dict[str, Any], dict[str, Any]], Any]
 
 
-def updated_records(table: Table, changes: Mapping[Any, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The records ``{key: {field: value}}`` makes: only the given fields change.
+def updated_rows(
+    table: Table, changes: Mapping[Any, Mapping[str, Any]]
+) -> tuple[Table, SortedRows] | None:
+    """The whole records ``{key: {field: value}}`` makes (only the given fields change), in
+    segment form and key order, and the table with any new field in its schema.
 
-    A key with no record is left alone (an update inserts nothing). A value
-    of None removes the field.
+    A key with no record is left alone (an update inserts nothing); a value
+    of None removes the field. Vectorised: the changes become Arrow columns
+    that replace the current ones where a record names the field.
     """
+    _check_changes(table, changes)
+    codec = table.codec
+    if codec is None or not changes:
+        return None
+    current = table.get(list(changes))
+    if not current.num_rows:
+        return None
+    if not table.root.typed:  # a table from before schemas: merge the records one by one
+        by_key = {_normal(table, table.key.key_of(r)): r for r in table.records(current)}
+        merged = [_merged(by_key[k], f) for k, f in _normalised(table, changes) if k in by_key]
+        prepared, rows = table.prepare_rows(merged)
+        return prepared, sort_rows(rows, table.root.key_field, codec)
+    key = table.key
+    partial = [{**_key_record(key, k), **f} for k, f in changes.items()]
+    done = conform_records(
+        partial, table.root.schema, key, codec, new_free=table.root.free_default, partial=True
+    )
+    column = table.root.key_field
+    update = sort_rows(done.rows, column, codec)
+    old = sort_rows(current, column, codec)
+    present = pc.is_in(update.keys, value_set=old.keys)
+    new = update.table.filter(present)
+    touched_by = dict(_normalised(table, changes))
+    keys = [_normal(table, k) for k in codec.to_python(new.column(column))]
+    stored = {f.name: f for f in done.rows.schema}
+    out = {name: old.table.column(name) for name in old.table.column_names}
+    for name in dict.fromkeys(n for f in changes.values() for n in f):
+        field = stored.get(name)
+        if field is None:
+            if name not in done.schema.names:
+                continue  # never a field and only ever set to None: nothing to do
+            field = pa.field(name, _storage(done.schema.field(name)))
+        touched = pa.array([name in touched_by[k] for k in keys], pa.bool_())
+        new_column = (
+            new.column(name) if name in new.column_names else pa.nulls(len(keys), field.type)
+        )
+        old_column = out.get(name, pa.nulls(len(keys), field.type))
+        out[name] = pc.if_else(touched, new_column, old_column)
+        if name not in old.table.column_names:
+            out[name] = out[name]
+    names = [column, *sorted(n for n in out if n != column)]
+    fields = [old.table.schema.field(column)] + [
+        stored[n] if n in stored else old.table.schema.field(n) for n in names[1:]
+    ]
+    rows = pa.Table.from_arrays([out[n] for n in names], schema=pa.schema(fields))
+    return table.with_schema(done.schema), SortedRows(rows, old.keys)
+
+
+def _storage(field: pa.Field) -> pa.DataType:
+    return pa.binary() if is_free(field) else storage_type(field.type)
+
+
+def _key_record(key: KeyLayout, value: Any) -> dict[str, Any]:
+    if key.composite:
+        return dict(zip(key.fields, value, strict=True))
+    return {key.fields[0]: value}
+
+
+def _normalised(
+    table: Table, changes: Mapping[Any, Mapping[str, Any]]
+) -> list[tuple[Any, Mapping[str, Any]]]:
+    return [(_normal(table, k), f) for k, f in changes.items()]
+
+
+def _check_changes(table: Table, changes: Any) -> None:
     if not isinstance(changes, Mapping):
         raise UsageError(
             f"update takes a mapping key -> {{field: value}}, got {type(changes).__name__}"
@@ -50,13 +122,6 @@ def updated_records(table: Table, changes: Mapping[Any, Mapping[str, Any]]) -> l
                 f"update of key {value!r} changes the key field {sorted(touched)[0]!r}: "
                 "delete the record and write it under its new key instead"
             )
-    current = _current(table, list(changes))
-    out = []
-    for value, fields in changes.items():
-        record = current.get(_normal(table, value))
-        if record is not None:
-            out.append(_merged(record, fields))
-    return out
 
 
 def upserted_records(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from merkle.blocks.cid import CID
-from merkle.db.changes import deleted_keys, updated_records, upserted_records
+from merkle.db.changes import deleted_keys, updated_rows, upserted_records
 from merkle.db.dataset import table_dataset
 from merkle.db.dbroot import DbRoot
 from merkle.db.inputs import (
@@ -369,8 +369,16 @@ class Database:
 
         Keys without a record are left alone; a value of None removes the field.
         Replayed on a concurrent head, it changes the records as they are there."""
-        records = updated_records(self._table(table), changes)
-        return self._upsert(table, records, lambda uid, _: Update(table, uid, dict(changes)))
+        state = self._state(table)
+        done = updated_rows(self._table(table), changes)
+        if done is None or not len(done[1]):
+            return self
+        current, rows = done
+        changed = (
+            state.table.with_schema(current.root.schema) if current.root.typed else state.table
+        )
+        new_state = _TableState(changed, (*state.changes, _Change(upserts=rows)))
+        return self._with_table(table, new_state, Update(table, changed.root.uid, dict(changes)))
 
     def upsert(
         self,

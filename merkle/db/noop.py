@@ -10,6 +10,7 @@ lookup.
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -26,6 +27,7 @@ __all__ = ["changes_nothing"]
 
 _DATA_OPS = (Write, Delete, Update, Upsert, DeleteWhere)
 _CHUNK = 65_536
+_FIRST = 32
 
 
 def changes_nothing(db: Database, tables: dict[str, TableState | None]) -> bool:
@@ -61,8 +63,12 @@ def _same(table: Table, state: TableState) -> bool:
     if deleted and table.get(deleted).num_rows:
         return False
     rows = content.upserts
-    for start in range(0, len(rows), _CHUNK):
-        part = rows.slice(start, min(len(rows), start + _CHUNK))
+    # A few rows first: a real change almost always shows there, for one small lookup.
+    bounds = [0, *range(min(_FIRST, len(rows)), len(rows), _CHUNK), len(rows)]
+    for start, stop in itertools.pairwise(bounds):
+        if start >= stop:
+            continue
+        part = rows.slice(start, stop)
         wanted = part.table
         keys = codec.to_python(wanted.column(table.root.key_field))
         found = table.get(keys)

@@ -357,10 +357,13 @@ def conform_records(
     codec: KeyCodec | None,
     *,
     new_free: bool = False,
+    partial: bool = False,
 ) -> Conformed:
     """Records (dicts holding the key fields) checked against ``schema``, in segment form.
 
     ``new_free``: a field the schema lacks is added schema-free instead of typed.
+    ``partial``: the records are field changes, not whole records (a field
+    they lack is not missing).
     """
     schema = schema if schema is not None else pa.schema([])
     keys: list[Any] = []
@@ -431,7 +434,8 @@ def conform_records(
             array = _typed_array(name, values, storage_type(target.type), key_of)
         stored[name] = (_stored_field(target), array)
     full = _extend(schema, sorted(new_fields, key=lambda f: first_seen.get(f.name, -1)))
-    _check_nullability(full, {n: a for n, (_, a) in stored.items()}, key, key_of)
+    if not partial:
+        _check_nullability(full, {n: a for n, (_, a) in stored.items()}, key, key_of)
     return Conformed(_segment(key, key_array, codec, stored), full, codec)
 
 

@@ -161,3 +161,25 @@ def test_a_commit_that_changes_no_data_makes_no_version(conn: merkle.Connection)
     assert not again.dirty
     changed = db.write("t", [{"id": 1, "name": "n1", "qty": 1, "price": 1.5}]).commit()
     assert changed.version == 2
+
+
+def test_update_of_typed_fields_keeps_types_and_adds_fields(conn: merkle.Connection) -> None:
+    data = pa.table(
+        {
+            "id": pa.array([1, 2, 3], pa.int32()),
+            "tag": pa.array(["a", "b", "a"]).dictionary_encode(),
+            "n": pa.array([1, 2, 3], pa.int8()),
+        }
+    )
+    db = conn.create_db("u").create_table("t", key="id").write("t", data).commit()
+    db = db.update("t", {2: {"tag": "c", "extra": 1.5}, 3: {"n": None}}).commit()
+    back = db.to_arrow("t")
+    assert back.schema.field("tag").type == data.schema.field("tag").type
+    assert back.schema.field("extra").type == pa.float64()
+    assert back.to_pylist() == [
+        {"id": 1, "tag": "a", "n": 1, "extra": None},
+        {"id": 2, "tag": "c", "n": 2, "extra": 1.5},
+        {"id": 3, "tag": "a", "n": None, "extra": None},
+    ]
+    with pytest.raises(UsageError, match="int8"):
+        db.update("t", {1: {"n": 1000}})
