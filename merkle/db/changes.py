@@ -48,7 +48,8 @@ def updated_rows(
     codec = table.codec
     if codec is None or not changes:
         return None
-    current = table.get(list(changes))
+    encoded = [codec.encode(k) for k in changes]
+    current = table.get_encoded(sorted(set(encoded)))
     if not current.num_rows:
         return None
     if not table.root.typed:  # a table from before schemas: merge the records one by one
@@ -66,8 +67,8 @@ def updated_rows(
     old = sort_rows(current, column, codec)
     present = pc.is_in(update.keys, value_set=old.keys)
     new = update.table.filter(present)
-    touched_by = dict(_normalised(table, changes))
-    keys = [_normal(table, k) for k in codec.to_python(new.column(column))]
+    touched_by = dict(zip(encoded, changes.values(), strict=True))
+    keys = update.keys.filter(present).to_pylist()
     stored = {f.name: f for f in done.rows.schema}
     out = {name: old.table.column(name) for name in old.table.column_names}
     for name in dict.fromkeys(n for f in changes.values() for n in f):

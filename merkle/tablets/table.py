@@ -489,7 +489,13 @@ class Table:
         codec = self.codec
         if codec is None or not keys:
             return self._empty(fields)
-        wanted = sorted({codec.encode(k) for k in keys})
+        return self.get_encoded(sorted({codec.encode(k) for k in keys}), fields)
+
+    def get_encoded(self, wanted: list[bytes], fields: Sequence[str] | None = None) -> pa.Table:
+        """:meth:`get` of encoded keys, sorted and unique."""
+        codec = self.codec
+        if codec is None or not wanted:
+            return self._empty(fields)
         key_field = self.root.key_field
         found, rest = lookup_pending(self.ts, self.root.pending, wanted, key_field, codec)
         pieces = [project(rows, fields, key_field=key_field) for rows in found]
