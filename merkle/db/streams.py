@@ -61,7 +61,7 @@ def batch_reader(
             if predicate is not None:
                 rows = rows.filter(predicate).select(schema.names)
             if rows.num_rows:
-                yield from rows.combine_chunks().to_batches()
+                yield from rows.to_batches()
 
     return pa.RecordBatchReader.from_batches(schema, batches())
 
