@@ -190,7 +190,8 @@ def run(quick: bool) -> str:
             "the same rows; Delta `merge ... when_matched_update(price)`; Lance `merge_insert`."
             "\n\n" + markdown_table(["", "median", "p99"], update_rows),
             "Targets: streaming scan >= to_arrow throughput (cold and warm): "
-            f"**{'met' if stream_ok else 'missed'}**; partial update no slower than the full-record upsert: "
+            f"**{'met' if stream_ok else 'missed'}**; "
+            "partial update no slower than the full-record upsert: "
             f"**{'met' if update_ok else 'missed'}** (5% tolerance for noise). The machine is "
             "shared while this runs: re-run on a quiet machine before quoting the numbers.",
         ]
