@@ -342,7 +342,8 @@ class Database(RecordOps):
             return self
         change = _Change(upserts=sort_rows(rows, current.root.key_field, current.spec.codec))
         new_state = _TableState(current, (*state.changes, change))
-        return self._with_table(table, new_state, op(current.root.uid, rows))
+        # The op keeps the rows as the user's table (a replay writes them again).
+        return self._with_table(table, new_state, op(current.root.uid, current.present(rows)))
 
     def delete(self, table: str, keys: Iterable[Any]) -> Database:
         """Remove records by key; keys that do not exist are fine (a blind delete)."""

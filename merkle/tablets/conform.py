@@ -516,7 +516,8 @@ def present_records(
             values: list[Any] = [k[index] for k in keys] if key.composite else keys
         elif name in raw.column_names:
             column = _restore(raw.column(name), field.type)
-            if is_free(field):
+            utc = pa.types.is_timestamp(field.type) and field.type.tz in ("UTC", "+00:00")
+            if is_free(field) or utc:  # UTC times as datetime.UTC, as keys and CBOR give them
                 values = column_values(pa.table([column], schema=pa.schema([field])), name)
             else:
                 values = column.to_pylist()

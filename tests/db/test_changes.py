@@ -183,3 +183,12 @@ def test_update_of_typed_fields_keeps_types_and_adds_fields(conn: merkle.Connect
     ]
     with pytest.raises(UsageError, match="int8"):
         db.update("t", {1: {"n": 1000}})
+
+
+def test_writes_to_a_composite_key_replay(lake: Lake, connect: Connect) -> None:
+    first, second = connect(lake), connect(lake)
+    first.create_db("ev").create_table("e", key=["user", "seq"]).commit()
+    mine = first.open_db("ev").write("e", [{"user": "a", "seq": 1, "v": "mine"}])
+    second.open_db("ev").write("e", [{"user": "b", "seq": 1, "v": "theirs"}]).commit()
+    assert mine.commit().version == 3
+    assert [r["v"] for r in connect(lake).open_db("ev").scan("e")] == ["mine", "theirs"]
