@@ -205,9 +205,10 @@ def _legacy_lake(conn: merkle.Connection) -> merkle.Database:
     records: list[dict[str, Any]] = [{"k": i, "v": i if i % 3 else f"s{i}"} for i in range(30)]
     table = Table.new(conn.tables, key_field="k", key_codec="int")  # a version 1 root
     table = table.write(records, version=1).flush()
-    with conn.writer_lease() as lease:
+    with conn.writer_lease() as ticket:
         cid = table.save()
-        root = conn.blocks.put_node(DbRoot({"t": cid}).to_node(), refresh_before=lease.start)
+        node = DbRoot({"t": cid}).to_node()
+        root = conn.blocks.put_node(node, refresh_before=ticket.lease.start)
         conn.refs.commit("old", 0, str(root))
     return conn.open_db("old")
 
