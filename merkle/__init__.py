@@ -14,6 +14,7 @@ from merkle import errors
 from merkle.db import Connection, Database, connect
 from merkle.gc import gc, verify  # after the package import: `merkle.gc` is the function
 from merkle.tablets.schema import free_field
+from merkle.transfer import sync
 
 __version__ = "0.1.0"
 
@@ -25,5 +26,6 @@ __all__ = [
     "errors",
     "free_field",
     "gc",
+    "sync",
     "verify",
 ]
