@@ -126,6 +126,13 @@ class TableStore:
     def batch(self, cid: CID) -> BatchNode:
         return self._parsed(cid, BatchNode.from_node, 4 << 10)
 
+    def prefetch_nodes(self, cids: Sequence[CID]) -> None:
+        """Fetch the uncached nodes among ``cids`` concurrently (into the node cache)."""
+        cache = self.blocks.node_cache
+        missing = [cid for cid in cids if cache.get(cid.bytes) is None]
+        if len(missing) > 1:
+            self.map(self.blocks.get_node, missing)
+
     def put_node(self, node: Any) -> CID:
         return self.blocks.put_node(node)
 

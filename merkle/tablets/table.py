@@ -454,7 +454,7 @@ class Table:
         for i, ref in enumerate(refs):
             if ref.height != 0:
                 raise UsageError(f"{ref.cid} is an index node, not a tablet")
-            extra = set(self.ts.tablet(ref.cid).segments) - allowed
+            extra = set(self.ts.tablet(ref.cid).families()) - allowed
             if extra:
                 raise UsageError(f"tablet {ref.cid} has families {sorted(extra)} this table lacks")
             if i and ref.first_key <= refs[i - 1].last_key:
@@ -466,7 +466,8 @@ class Table:
             raise UsageError("build_table needs a table whose key codec is known")
         table = self
         if self.root.typed:
-            cids = [cid for ref in refs for cid in self.ts.tablet(ref.cid).segments.values()]
+            leaves = self._tree().leaves_io
+            cids = [cid for ref in refs for cid in leaves.blocks(ref.cid)]
             schema = schema_of_segments(self.root.schema, self.ts.segments(cids), self.key)
             table = self.with_schema(schema)
         tree = table._tree()
@@ -500,11 +501,21 @@ class Table:
         found, rest = lookup_pending(self.ts, self.root.pending, wanted, key_field, codec)
         pieces = [project(rows, fields, key_field=key_field) for rows in found]
         tree = self._tree()
-        for cid, part in tree.locate(self.data_ref(), rest).items():
-            positions = [p for p in tree.tablet_keys(cid).find(part) if p >= 0]
-            if positions:
-                rows = tree.read_table(cid, fields)
-                pieces.append(rows.take(pa.array(positions, type=pa.int64())))
+        groups = tree.locate(self.data_ref(), rest)
+        leaves = tree.leaves_io
+        # The candidate pages of every tablet, fetched at once.
+        self.ts.prefetch_nodes(list(groups))
+        self.ts.segments(
+            [
+                block
+                for cid, part in groups.items()
+                for block in leaves.candidate_blocks(cid, part, fields)
+            ]
+        )
+        for cid, part in groups.items():
+            rows = leaves.take(cid, part, fields)
+            if rows is not None:
+                pieces.append(rows)
         if not pieces:
             return self._empty(fields)
         if len(pieces) == 1:
@@ -590,20 +601,18 @@ class Table:
         for i in range(0, len(plan), _PREFETCH):
             chunk = plan[i : i + _PREFETCH]
             # Fetch the segments of several leaves concurrently before materialising them.
-            self.ts.segments(
-                [
-                    cid
-                    for leaf in chunk
-                    if leaf.ref is not None
-                    for name, cid in self.ts.tablet(leaf.ref.cid).segments.items()
-                    if families is None or name in families
-                ]
-            )
+            self.prefetch([leaf.ref.cid for leaf in chunk if leaf.ref is not None], families)
             for leaf in chunk:
                 rows = tree.materialize(leaf, overlay, fields)
                 if reverse:
                     rows = rows.take(pa.array(np.arange(rows.num_rows - 1, -1, -1)))
                 yield rows
+
+    def prefetch(self, tablets: Sequence[CID], families: Sequence[str] | None) -> None:
+        """Fetch, verify and decode the blocks of ``tablets`` (only ``families``) at once."""
+        leaves = self._tree().leaves_io
+        self.ts.prefetch_nodes(list(tablets))
+        self.ts.segments([block for cid in tablets for block in leaves.blocks(cid, families)])
 
     def to_arrow(
         self, *, fields: Sequence[str] | None = None, from_pk: Any = None, to_pk: Any = None

@@ -1,0 +1,424 @@
+"""Tablets read and written page by page.
+
+A version 2 tablet keeps its rows in pages (:mod:`merkle.tablets.pages`), and
+the tablet node records each page's first key, row count, bytes and blocks.
+So a point read routes its keys to pages by their first keys and fetches one
+key block and one block per family it needs; an existence check fetches key
+blocks only; a rank (for offsets and key-range scans) reads one key block;
+and a write rewrites only the pages its changes fall in, reusing every other
+page by link. Tablets that split or merge are cut at page boundaries, so
+their pages are reused too.
+
+Version 1 tablets (one segment per family, written before pages) are read
+as whole units, as they always were; a write that touches one rewrites it
+as pages.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from merkle.blocks.cid import CID
+from merkle.tablets.keyindex import KeyIndex, combine
+from merkle.tablets.nodes import BASE, ChildRef, PageRef, TabletNode
+from merkle.tablets.pages import KEYS, concat_pages, cut_pages, encode_page, join_page
+from merkle.tablets.rows import SortedRows, concat_sorted, cut_points, merge_changes
+from merkle.tablets.segment import join_families, project
+from merkle.tablets.spec import TableSpec
+from merkle.tablets.store import TableStore
+
+__all__ = ["Leaves", "split_ranks"]
+
+#: Tablets encoded at once by a bulk write: bounds the memory of huge builds.
+_GROUP = 16
+
+
+@dataclass(frozen=True, slots=True)
+class _NewPage:
+    """A page encoded but not stored yet: its key range, rows and blocks."""
+
+    first_key: bytes
+    last_key: bytes
+    count: int
+    blocks: list[tuple[str, pa.Table, bytes]]
+
+
+_Page = PageRef | _NewPage
+
+
+def split_ranks(keys: pa.Array, separators: Sequence[bytes]) -> list[int]:
+    """Split points of sorted ``keys`` at each separator: ``[0, r1, ..., len]``."""
+    if not len(keys):
+        return [0] * (len(separators) + 2)
+    index = KeyIndex(keys)
+    return [0, *(index.rank(s) for s in separators), len(keys)]
+
+
+class Leaves:
+    """Reading and writing one table's tablets (stateless apart from the caches in ``ts``)."""
+
+    def __init__(self, ts: TableStore, spec: TableSpec) -> None:
+        self.ts = ts
+        self.spec = spec
+
+    # -- reading ---------------------------------------------------------------------
+
+    def node(self, cid: CID) -> TabletNode:
+        return self.ts.tablet(cid)
+
+    def page_keys(self, page: PageRef) -> KeyIndex:
+        """The sorted encoded keys of one page (from its key block, cached)."""
+        codec = self.spec.codec
+
+        def build() -> pa.Array:
+            return combine(codec.encode_array(self.ts.segment(page.keys).column(0)))
+
+        return self.ts.key_index(page.keys, build, part="page")
+
+    def keys(self, cid: CID) -> KeyIndex:
+        """The sorted encoded keys of a whole tablet (cached)."""
+        tablet = self.node(cid)
+        codec, key_field = self.spec.codec, self.spec.key_field
+
+        def build() -> pa.Array:
+            if not tablet.pages:
+                base = self.ts.segment(tablet.segments[BASE])
+                return combine(codec.encode_array(base.column(key_field)))
+            self.ts.segments([page.keys for page in tablet.pages])  # fetched concurrently
+            return pa.concat_arrays([self.page_keys(page).keys for page in tablet.pages])
+
+        return self.ts.key_index(cid, build)
+
+    def page_blocks(self, page: PageRef, families: Sequence[str] | None) -> list[CID]:
+        """The blocks a read of ``families`` (None: all) needs from one page."""
+        blocks = [page.keys]
+        for name, cid in page.families.items():
+            if cid is not None and (families is None or name in families):
+                blocks.append(cid)
+        return blocks
+
+    def blocks(self, cid: CID, families: Sequence[str] | None = None) -> list[CID]:
+        """The data blocks a read of ``families`` (None: all) needs from a tablet."""
+        tablet = self.node(cid)
+        if not tablet.pages:
+            return [
+                c for name, c in tablet.segments.items() if families is None or name in families
+            ]
+        return [block for page in tablet.pages for block in self.page_blocks(page, families)]
+
+    def page_table(self, page: PageRef, fields: Sequence[str] | None = None) -> pa.Table:
+        """One page's rows: the key column and ``fields`` (None: every field)."""
+        wanted = self.spec.families_for(fields)
+        names, blocks = [], [page.keys]
+        for name, cid in page.families.items():
+            if cid is not None and (wanted is None or name in wanted):
+                names.append(name)
+                blocks.append(cid)
+        tables = self.ts.segments(blocks)
+        table = join_page(tables[0], dict(zip(names, tables[1:], strict=True)), page.count)
+        if fields is not None:
+            table = project(table, fields, key_field=self.spec.key_field)
+        return table
+
+    def pages_table(self, pages: Sequence[PageRef], fields: Sequence[str] | None) -> pa.Table:
+        """The rows of consecutive pages, their blocks fetched concurrently."""
+        families = self.spec.families_for(fields)
+        self.ts.segments([block for page in pages for block in self.page_blocks(page, families)])
+        return concat_pages([self.page_table(page, fields) for page in pages], self.spec.key_field)
+
+    def table(self, cid: CID, fields: Sequence[str] | None = None) -> pa.Table:
+        """A tablet's rows (all fields, or the key plus ``fields``), in key order."""
+        tablet = self.node(cid)
+        if tablet.pages:
+            return self.pages_table(tablet.pages, fields)
+        wanted = self.spec.families_for(fields)
+        names = [f for f in tablet.segments if wanted is None or f in wanted]
+        if BASE in names:
+            names.remove(BASE)
+        names.insert(0, BASE)
+        tables = self.ts.segments([tablet.segments[name] for name in names])
+        if len(tables) == 1:
+            table = tables[0]  # the base segment alone is already the whole row
+        else:
+            table = join_families(dict(zip(names, tables, strict=True)))
+        if fields is not None:
+            table = project(table, fields, key_field=self.spec.key_field)
+        return table
+
+    def rows(self, cid: CID, fields: Sequence[str] | None = None) -> SortedRows:
+        """A tablet's rows with their encoded keys."""
+        return SortedRows(self.table(cid, fields), self.keys(cid).keys)
+
+    def _route(self, tablet: TabletNode, keys: Sequence[bytes]) -> dict[int, list[int]]:
+        """Page index -> positions in sorted ``keys`` of the keys that page's range holds."""
+        firsts = [page.first_key for page in tablet.pages]
+        groups: dict[int, list[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(max(0, bisect.bisect_right(firsts, key) - 1), []).append(i)
+        return groups
+
+    def key_blocks(self, cid: CID, keys: Sequence[bytes]) -> list[CID]:
+        """The blocks :meth:`find` of these sorted keys reads."""
+        tablet = self.node(cid)
+        if not tablet.pages:
+            return [tablet.segments[BASE]]
+        return [tablet.pages[p].keys for p in self._route(tablet, keys)]
+
+    def find(self, cid: CID, keys: Sequence[bytes]) -> list[int]:
+        """The row of each sorted key in the tablet, or -1: reads only the key blocks it needs."""
+        tablet = self.node(cid)
+        if not tablet.pages:
+            return self.keys(cid).find(keys)
+        groups = self._route(tablet, keys)
+        self.ts.segments([tablet.pages[p].keys for p in groups])
+        offsets = list(itertools.accumulate((page.count for page in tablet.pages), initial=0))
+        out = [-1] * len(keys)
+        for p, positions in groups.items():
+            found = self.page_keys(tablet.pages[p]).find([keys[i] for i in positions])
+            for i, row in zip(positions, found, strict=True):
+                if row >= 0:
+                    out[i] = offsets[p] + row
+        return out
+
+    def candidate_blocks(
+        self, cid: CID, keys: Sequence[bytes], fields: Sequence[str] | None
+    ) -> list[CID]:
+        """The blocks :meth:`take` of these keys reads (to fetch several tablets' at once)."""
+        tablet = self.node(cid)
+        families = self.spec.families_for(fields)
+        if not tablet.pages:
+            return self.blocks(cid, families)
+        return [
+            block
+            for p in self._route(tablet, keys)
+            for block in self.page_blocks(tablet.pages[p], families)
+        ]
+
+    def take(
+        self, cid: CID, keys: Sequence[bytes], fields: Sequence[str] | None
+    ) -> pa.Table | None:
+        """The rows of the sorted keys the tablet holds (key order), or None if it holds none.
+
+        A key's page is known from the tablet node, so its key block and its
+        family blocks are fetched together: a hit costs no second round trip.
+        """
+        tablet = self.node(cid)
+        if not tablet.pages:
+            positions = [p for p in self.keys(cid).find(keys) if p >= 0]
+            if not positions:
+                return None
+            return self.table(cid, fields).take(pa.array(positions, type=pa.int64()))
+        groups = self._route(tablet, keys)
+        families = self.spec.families_for(fields)
+        self.ts.segments(
+            [block for p in groups for block in self.page_blocks(tablet.pages[p], families)]
+        )
+        parts = []
+        for p in sorted(groups):
+            page = tablet.pages[p]
+            rows = [r for r in self.page_keys(page).find([keys[i] for i in groups[p]]) if r >= 0]
+            if rows:
+                parts.append(self.page_table(page, fields).take(pa.array(rows, type=pa.int64())))
+        return concat_pages(parts, self.spec.key_field) if parts else None
+
+    def rank(self, cid: CID, key: bytes, *, inclusive: bool) -> int:
+        """How many of the tablet's rows have keys ``< key`` (``<=`` with ``inclusive``)."""
+        tablet = self.node(cid)
+        if not tablet.pages:
+            return self.keys(cid).rank(key, inclusive=inclusive)
+        firsts = [page.first_key for page in tablet.pages]
+        p = max(0, bisect.bisect_right(firsts, key) - 1)
+        before = sum(page.count for page in tablet.pages[:p])
+        return before + self.page_keys(tablet.pages[p]).rank(key, inclusive=inclusive)
+
+    def slice(self, cid: CID, start: int, stop: int, fields: Sequence[str] | None) -> pa.Table:
+        """Rows ``[start, stop)`` of a tablet: reads only the pages that hold them."""
+        tablet = self.node(cid)
+        if not tablet.pages:
+            return self.table(cid, fields).slice(start, stop - start)
+        chosen: list[PageRef] = []
+        offset = first = 0
+        for page in tablet.pages:
+            if offset + page.count > start and offset < stop:
+                if not chosen:
+                    first = offset
+                chosen.append(page)
+            offset += page.count
+        if not chosen:
+            return self.page_table(tablet.pages[0], fields).slice(0, 0)
+        return self.pages_table(chosen, fields).slice(start - first, stop - start)
+
+    # -- writing ---------------------------------------------------------------------
+
+    def write(self, rows: SortedRows) -> list[ChildRef]:
+        """Cut sorted rows into tablets of at most ``tablet_size`` rows, in pages; store them."""
+        n = len(rows)
+        if not n:
+            return []
+        cuts = cut_points(n, self.spec.limits.tablet_size)
+        refs: list[ChildRef] = []
+        for g in range(0, len(cuts) - 1, _GROUP):
+            pieces = [
+                rows.slice(cuts[i], cuts[i + 1]) for i in range(g, min(g + _GROUP, len(cuts) - 1))
+            ]
+            # Each worker gathers and encodes whole tablets: the row gather of a bulk
+            # load runs on every core, beside the compression of other tablets.
+            encoded: list[list[_Page]] = list(self.ts.map(self._encode_rows, pieces))
+            refs += self._store(encoded, {})
+        return refs
+
+    def _encode_rows(self, rows: SortedRows) -> list[_Page]:
+        """Sorted rows cut into even pages of at most ``page_rows``, each encoded."""
+        table = rows.table
+        keys = rows.keys
+        spec = self.spec
+        cuts = cut_points(len(rows), spec.limits.page_rows)
+        pages: list[_Page] = []
+        for a, b in itertools.pairwise(cuts):
+            blocks = encode_page(table.slice(a, b - a), spec.key_field, spec.families)
+            pages.append(_NewPage(keys[a].as_py(), keys[b - 1].as_py(), b - a, blocks))
+        return pages
+
+    def rewrite(self, ref: ChildRef, upserts: SortedRows, deletes: pa.Array) -> list[ChildRef]:
+        """The tablet with ``upserts`` written, ``deletes`` removed: touched pages rewritten."""
+        tablet = self.node(ref.cid)
+        key_field = self.spec.key_field
+        if not tablet.pages:
+            return self.write(merge_changes(self.rows(ref.cid), upserts, deletes, key_field))
+        pages = tablet.pages
+        firsts = [page.first_key for page in pages[1:]]
+        up_at, del_at = split_ranks(upserts.keys, firsts), split_ranks(deletes, firsts)
+        touched = [
+            i for i in range(len(pages)) if up_at[i + 1] > up_at[i] or del_at[i + 1] > del_at[i]
+        ]
+        self.ts.segments([block for i in touched for block in pages[i].blocks()])
+        items: list[PageRef | SortedRows] = list(pages)
+        for i in touched:
+            page = pages[i]
+            stored = SortedRows(self.page_table(page), self.page_keys(page).keys)
+            items[i] = merge_changes(
+                stored,
+                upserts.slice(up_at[i], up_at[i + 1]),
+                deletes.slice(del_at[i], del_at[i + 1] - del_at[i]),
+                key_field,
+            )
+        return self._assemble(items, {pages[-1].keys: tablet.last_key})
+
+    def merge(self, refs: Sequence[ChildRef]) -> list[ChildRef]:
+        """Adjacent tablets as one run of rows, cut again into tablets (pages reused)."""
+        nodes = [self.node(ref.cid) for ref in refs]
+        if not all(node.pages for node in nodes):
+            rows = concat_sorted([self.rows(ref.cid) for ref in refs], self.spec.key_field)
+            return self.write(rows)
+        items: list[PageRef | SortedRows] = [page for node in nodes for page in node.pages]
+        return self._assemble(items, {node.pages[-1].keys: node.last_key for node in nodes})
+
+    def _page_rows(self, page: PageRef) -> SortedRows:
+        return SortedRows(self.page_table(page), self.page_keys(page).keys)
+
+    def _assemble(
+        self, items: list[PageRef | SortedRows], last_keys: dict[CID, bytes]
+    ) -> list[ChildRef]:
+        """Stored pages and runs of new rows, in key order, as tablets of pages.
+
+        Runs of rows (and stored pages below the page minimum) merge with a
+        neighbour until every new page can hold at least the minimum; then
+        runs are cut into pages and the pages into tablets at page boundaries.
+        """
+        limits, key_field = self.spec.limits, self.spec.key_field
+        least = limits.min_page
+        if len(items) > 1:
+            items = [
+                self._page_rows(item) if isinstance(item, PageRef) and item.count < least else item
+                for item in items
+            ]
+        runs: list[PageRef | SortedRows] = []
+        for item in items:
+            if isinstance(item, SortedRows):
+                if not len(item):
+                    continue
+                if runs and isinstance(runs[-1], SortedRows):
+                    runs[-1] = concat_sorted([runs[-1], item], key_field)
+                    continue
+            runs.append(item)
+        i = 0
+        while i < len(runs):
+            run = runs[i]
+            if isinstance(run, SortedRows) and len(run) < least and len(runs) > 1:
+                j = i + 1 if i + 1 < len(runs) else i - 1
+                other = runs[j]
+                other_rows = other if isinstance(other, SortedRows) else self._page_rows(other)
+                lo = min(i, j)
+                pair = [run, other_rows] if j > i else [other_rows, run]
+                runs[lo : lo + 2] = [concat_sorted(pair, key_field)]
+                i = lo
+                continue
+            i += 1
+        pages: list[_Page] = []
+        for run in runs:
+            pages += [run] if isinstance(run, PageRef) else self._encode_rows(run)
+        if not pages:
+            return []
+        cuts = cut_pages([page.count for page in pages], limits.tablet_size, limits.min_tablet)
+        if cuts is None:  # pages too big to cut between: re-cut the rows
+            rows = [run if isinstance(run, SortedRows) else self._page_rows(run) for run in runs]
+            return self.write(concat_sorted(rows, key_field))
+        return self._store([pages[a:b] for a, b in itertools.pairwise(cuts)], last_keys)
+
+    def _last_key(self, page: _Page, last_keys: dict[CID, bytes]) -> bytes:
+        if isinstance(page, _NewPage):
+            return page.last_key
+        known = last_keys.get(page.keys)
+        if known is not None:
+            return known
+        keys = self.page_keys(page).keys
+        return bytes(keys[len(keys) - 1].as_py())
+
+    def _store(self, tablets: list[list[_Page]], last_keys: dict[CID, bytes]) -> list[ChildRef]:
+        """Store the new pages' blocks and one node per tablet; the tablets' refs."""
+        fresh = [
+            (table, data)
+            for pages in tablets
+            for page in pages
+            if isinstance(page, _NewPage)
+            for _, table, data in page.blocks
+        ]
+        stored = iter(self.ts.store_encoded(fresh))
+        nodes = []
+        for pages in tablets:
+            refs: list[PageRef] = []
+            for page in pages:
+                if isinstance(page, PageRef):
+                    refs.append(page)
+                    continue
+                keys: CID | None = None
+                families: dict[str, CID | None] = {}
+                size = 0
+                for slot, _, _ in page.blocks:
+                    cid, nbytes = next(stored)
+                    size += nbytes
+                    if slot == KEYS:
+                        keys = cid
+                    else:
+                        families[slot] = cid
+                assert keys is not None
+                refs.append(PageRef(page.first_key, page.count, size, keys, families))
+            nodes.append(
+                TabletNode(
+                    count=sum(page.count for page in refs),
+                    size=sum(page.size for page in refs),
+                    first_key=refs[0].first_key,
+                    last_key=self._last_key(pages[-1], last_keys),
+                    pages=tuple(refs),
+                )
+            )
+        cids = self.ts.put_nodes([node.to_node() for node in nodes])
+        return [
+            ChildRef(cid, 0, node.count, node.size, node.first_key, node.last_key)
+            for cid, node in zip(cids, nodes, strict=True)
+        ]
