@@ -49,10 +49,17 @@ class ObjectInfo:
     mtime: float  # seconds since the epoch (UTC), as the backend records it
 
 
+#: Anything a valid key never holds: an empty segment, a segment starting with ".", a
+#: backslash or a control character (one search instead of a loop over characters).
+_BAD_KEY = re.compile(r"(?:^|/)(?:$|/|\.)|[\x00-\x1f\x7f\\]")
+
+
 def check_key(key: object) -> str:
     """Return ``key`` if it is a valid object key, else raise :class:`UsageError`."""
     if not isinstance(key, str) or not key:
         raise UsageError(f"object key must be a non-empty string, got {key!r}")
+    if _BAD_KEY.search(key) is None:
+        return key
     for segment in key.split("/"):
         if not segment:
             raise UsageError(f"object key {key!r} has an empty path segment")
