@@ -120,16 +120,33 @@ class BlockStore:
         """
         self._store_absent({self.key(cid): data for cid, data in blocks}, refresh_before)
 
+    def absent(
+        self, blocks: Iterable[tuple[CID, bytes]], *, refresh_before: float | None
+    ) -> list[tuple[str, bytes]]:
+        """The (object key, bytes) of the blocks not stored yet; refreshes the others.
+
+        For a caller that writes them itself, together with what must follow
+        them (a commit writes them in one round with its journal entry). Like
+        :meth:`put_hashed`, only for CIDs this process computed from the bytes.
+        """
+        return self._absent({self.key(cid): data for cid, data in blocks}, refresh_before)
+
+    def _absent(
+        self, pending: dict[str, bytes], refresh_before: float | None
+    ) -> list[tuple[str, bytes]]:
+        if not pending:
+            return []
+        keys = list(pending)
+        present: list[bool] = self.store.map_bulk(
+            lambda key: self._refresh(key, refresh_before), keys
+        )
+        return [(key, pending[key]) for key, found in zip(keys, present, strict=True) if not found]
+
     def _store_absent(self, pending: dict[str, bytes], refresh_before: float | None) -> None:
         """Write the blocks not yet stored; refresh old timestamps of those that are."""
-        if pending:
-            keys = list(pending)
-            present: list[bool] = self.store.map_bulk(
-                lambda key: self._refresh(key, refresh_before), keys
-            )
-            missing = [key for key, found in zip(keys, present, strict=True) if not found]
-            if missing:
-                self.store.put_many((key, pending[key]) for key in missing)
+        missing = self._absent(pending, refresh_before)
+        if missing:
+            self.store.put_many(missing)
 
     def _refresh(self, key: str, refresh_before: float | None) -> bool:
         """Whether the block is present (refreshing an old timestamp), else it must be written."""

@@ -29,7 +29,7 @@ from merkle.db.inputs import (
     check_metadata,
     check_table_name,
 )
-from merkle.db.landing import land
+from merkle.db.landing import BlockItems, land
 from merkle.db.noop import changes_nothing
 from merkle.db.ops import (
     AlterDbMeta,
@@ -567,12 +567,13 @@ class Database(RecordOps):
         root = self._save_root()
         conn, staging = self._conn, self._staging
 
-        def write_blocks(ticket: WriterTicket, first: bool) -> None:
-            staging.flush_reachable([root], refresh_before=ticket.lease.start)
+        def write_blocks(ticket: WriterTicket, first: bool) -> BlockItems:
+            # The blocks are written with the entry, in one round of flushes.
+            return staging.unwritten([root], refresh_before=ticket.lease.start)[1]
 
-        def put_entry() -> JournalEntry:
+        def put_entry(blocks: BlockItems) -> JournalEntry:
             return conn.refs.commit(
-                self.name, self.version, str(root), author=author, message=message
+                self.name, self.version, str(root), author=author, message=message, before=blocks
             )
 
         return land(conn, self.name, write_blocks, put_entry)

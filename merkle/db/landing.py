@@ -9,36 +9,47 @@ blocks again (only missing ones are written).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from merkle.refs import JournalEntry, WriterTicket
 
 if TYPE_CHECKING:
     from merkle.db.connection import Connection
 
-__all__ = ["land"]
+__all__ = ["BlockItems", "land"]
+
+#: Objects (key, bytes) that must be durable before a journal entry is put.
+BlockItems = Sequence[tuple[str, bytes]]
 
 
 def land(
     conn: Connection,
     db: str,
-    write_blocks: Callable[[WriterTicket, bool], None],
-    put_entry: Callable[[], JournalEntry],
+    write_blocks: Callable[[WriterTicket, bool], BlockItems | None],
+    put_entry: Callable[..., JournalEntry],
 ) -> JournalEntry:
     """Write the blocks, then the entry, under a writer lease; the entry put.
 
     ``write_blocks(ticket, first)`` stores every block the entry will reach
     (``first`` is False on the re-write after a raced collection, which must
-    not trust anything it saw before). ``put_entry`` raises
-    ``JournalConflictError`` when the journal moved; nothing is retried here.
+    not trust anything it saw before), or returns the ones still to write:
+    then ``put_entry(items)`` writes them with the entry, in one round, the
+    entry last (``RefManager.commit(before=items)``); otherwise ``put_entry()``
+    is called. ``put_entry`` raises ``JournalConflictError`` when the journal
+    moved; nothing is retried here.
     """
     with conn.writer_lease(db) as ticket:
-        write_blocks(ticket, True)
+        items = write_blocks(ticket, True)
         conn.leases.ensure_valid(ticket.lease)
-        entry = put_entry()
+        entry = put_entry() if items is None else put_entry(items)
         raced = conn._settle(ticket, entry)
     if raced:  # a collection may have removed blocks it could not see we need
         with conn.writer_lease(db) as again:
-            write_blocks(again, False)
+            _write(conn, write_blocks(again, False))
     return entry
+
+
+def _write(conn: Connection, items: Any) -> None:
+    if items:
+        conn.blocks.store.put_many(items)

@@ -124,10 +124,24 @@ class StagedBlocks(BlockStore):
         whose blocks a collection raced). Raises :class:`NotFoundError` naming
         a block a foreign link reaches that the lake no longer holds.
         """
+        blocks, missing = self.unwritten(roots, refresh_before=refresh_before)
+        if missing:
+            self.base.store.put_many(missing)
+        return len(blocks)
+
+    def unwritten(
+        self, roots: Sequence[CID], *, refresh_before: float | None
+    ) -> tuple[list[tuple[CID, bytes]], list[tuple[str, bytes]]]:
+        """What :meth:`flush_reachable` needs, without writing: the staged blocks ``roots``
+        reach, and the (object key, bytes) of those the lake lacks.
+
+        A commit writes the latter in one round with its journal entry
+        (``RefManager.commit(before=...)``). Refreshes the blocks found
+        stored and proves the foreign ones stored, as a flush does.
+        """
         blocks, foreign = self.reachable(roots)
-        if blocks:
-            # Hashed when staged (put_many above): no second pass over the bytes.
-            self.base.put_hashed(blocks, refresh_before=refresh_before)
+        # Hashed when staged (put_many above): no second pass over the bytes.
+        missing = self.base.absent(blocks, refresh_before=refresh_before)
         if foreign:
             lost = missing_below(self.base, foreign)
             if lost is not None:
@@ -137,4 +151,4 @@ class StagedBlocks(BlockStore):
                     "build_table) and garbage collection has removed it; nothing was "
                     "committed: build the tablets again from a version that is kept"
                 )
-        return len(blocks)
+        return blocks, missing

@@ -201,6 +201,19 @@ class ObjectStore(ABC):
         pairs = [(check_key(key), check_data(key, data)) for key, data in items]
         self.map_bulk(lambda kv: self.put(kv[0], kv[1]), pairs)
 
+    def put_if_absent_after(
+        self, items: Iterable[tuple[str, bytes]], key: str, data: bytes
+    ) -> bool:
+        """``put_many(items)``, then ``put_if_absent(key, data)``: ``key`` never exists
+        before every item is durable. True if this call created ``key``.
+
+        The items are written whether or not ``key`` is created. Backends
+        overlap what ordering allows (the file store flushes the bytes of the
+        items and of ``key`` in one round); this default runs the two in turn.
+        """
+        self.put_many(items)
+        return self.put_if_absent(key, data)
+
     @abstractmethod
     def touch(self, key: str) -> None:
         """Set the modification time of ``key`` to now; :class:`NotFoundError` if absent."""

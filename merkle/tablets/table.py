@@ -347,6 +347,17 @@ class Table:
             return table.flush()
         return table
 
+    def live(self, keys: Sequence[bytes]) -> np.ndarray:
+        """Whether each sorted, unique encoded key has a record in this version.
+
+        Reads the key blocks of the merged area and the pending batches' key
+        indexes, never a row.
+        """
+        if not keys:
+            return np.zeros(0, dtype=bool)
+        in_merged = np.array(self._tree().exists(self.data_ref(), keys), dtype=bool)
+        return self._live_before(keys, in_merged)
+
     def _live_before(self, keys: Sequence[bytes], in_merged: np.ndarray) -> np.ndarray:
         """Whether each key (sorted) had a record before the change being applied.
 
