@@ -26,6 +26,8 @@ __all__ = ["BLOCK_PREFIX", "BlockStore", "MissingBlockError"]
 BLOCK_PREFIX = "blocks/"
 
 _DEFAULT_CACHE_BYTES = 64 << 20
+#: Up to this many blocks, a local store's stats run inline (a pool hand-off costs more).
+_INLINE_STATS = 16
 
 
 class MissingBlockError(NotFoundError):
@@ -137,9 +139,10 @@ class BlockStore:
         if not pending:
             return []
         keys = list(pending)
-        present: list[bool] = self.store.map_bulk(
-            lambda key: self._refresh(key, refresh_before), keys
-        )
+        if self.store.local and len(keys) <= _INLINE_STATS:
+            present = [self._refresh(key, refresh_before) for key in keys]
+        else:
+            present = self.store.map_bulk(lambda key: self._refresh(key, refresh_before), keys)
         return [(key, pending[key]) for key, found in zip(keys, present, strict=True) if not found]
 
     def _store_absent(self, pending: dict[str, bytes], refresh_before: float | None) -> None:

@@ -230,6 +230,9 @@ class ObjectStore(ABC):
 
     #: Threads used by the default bulk methods; 1 means serial.
     bulk_workers: int = 1
+    #: Whether a metadata request (``stat``, ``exists``) costs microseconds (a local
+    #: store), so that a few of them run inline rather than on the I/O pool.
+    local: ClassVar[bool] = False
     _pool: ThreadPoolExecutor | None = None
     _pool_lock: ClassVar[threading.Lock] = threading.Lock()
 

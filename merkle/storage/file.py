@@ -39,6 +39,7 @@ class FileStore(ObjectStore):
     """Objects as files under ``root``; ``fsync=False`` trades crash safety for speed."""
 
     schemes = ("file",)
+    local = True
 
     def __init__(self, root: str, *, fsync: bool = True, bulk_workers: int = 8) -> None:
         if not os.path.isabs(root):

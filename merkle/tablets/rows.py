@@ -59,9 +59,12 @@ class SortedRows:
         return SortedRows(self._source, self.keys.slice(start, length), self._order[start:stop])
 
 
+_NO_KEYS = pa.array([], type=pa.binary())
+
+
 def empty_keys(codec: KeyCodec) -> pa.Array:
-    """An empty array of the codec's encoded-key type."""
-    return codec.encode_array(pa.array([], type=codec.arrow_type))
+    """An empty array of the codec's encoded-key type (``binary`` for every codec)."""
+    return _NO_KEYS
 
 
 def sort_rows(table: pa.Table, key_field: str, codec: KeyCodec) -> SortedRows:

@@ -68,6 +68,7 @@ class Table:
         self._data: ChildRef | None = None
         self._data_loaded = False
         self._overlay: Overlay | None = None
+        self._in_merged_known: dict[bytes, bool] = {}  # keys looked up in the merged area
 
     # -- construction ------------------------------------------------------------
 
@@ -332,8 +333,7 @@ class Table:
             folded = fold(contents, spec.key_field, spec.codec)
             return self._rebuilt(tree.apply(data, folded.upserts, folded.deletes))
         up_keys, del_keys = upserts.keys.to_pylist(), deletes.to_pylist()
-        up_merged = np.array(tree.exists(data, up_keys), dtype=bool)
-        del_merged = np.array(tree.exists(data, del_keys), dtype=bool)
+        up_merged, del_merged = self._in_merged(up_keys), self._in_merged(del_keys)
         content = BatchContent(upserts, up_merged, deletes, del_merged)
         # The new count, from whether each key was live before this change: pending
         # batches newest first decide, else the merged area (no overlay fold needed).
@@ -355,8 +355,16 @@ class Table:
         """
         if not keys:
             return np.zeros(0, dtype=bool)
-        in_merged = np.array(self._tree().exists(self.data_ref(), keys), dtype=bool)
-        return self._live_before(keys, in_merged)
+        return self._live_before(keys, self._in_merged(keys))
+
+    def _in_merged(self, keys: Sequence[bytes]) -> np.ndarray:
+        """Whether each sorted, unique key is in the merged area (remembered on this value:
+        a commit asks for the keys its no-change check asked for)."""
+        known = self._in_merged_known
+        todo = [key for key in keys if key not in known]
+        if todo:
+            known.update(zip(todo, self._tree().exists(self.data_ref(), todo), strict=True))
+        return np.fromiter((known[key] for key in keys), dtype=bool, count=len(keys))
 
     def _live_before(self, keys: Sequence[bytes], in_merged: np.ndarray) -> np.ndarray:
         """Whether each key (sorted) had a record before the change being applied.
