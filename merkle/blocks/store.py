@@ -97,8 +97,14 @@ class BlockStore:
         blocks: Iterable[tuple[bytes, str | int]],
         *,
         refresh_before: float | None = None,
+        early: bool = False,
     ) -> list[CID]:
-        """Store several blocks concurrently; every one is durable when this returns."""
+        """Store several blocks concurrently; every one is durable when this returns.
+
+        ``early`` says the blocks are final and their bytes will not be asked
+        for again soon (a bulk write's pages): a store that holds writes back
+        (a transaction's staging area) may send them on at once.
+        """
         cids: list[CID] = []
         pending: dict[str, bytes] = {}
         for data, codec in blocks:

@@ -564,11 +564,19 @@ class Database(RecordOps):
 
     def _land(self, author: str | None, message: str | None) -> JournalEntry:
         """Write this value's blocks and its journal entry; JournalConflictError if it moved."""
-        root = self._save_root()
         conn, staging = self._conn, self._staging
+        root = CID.of(b"")  # set under the lease, below
 
         def write_blocks(ticket: WriterTicket, first: bool) -> BlockItems:
-            # The blocks are written with the entry, in one round of flushes.
+            nonlocal root
+            if first:
+                # Built under the lease: a bulk write's pages go to the lake as they
+                # are made (staging.writing_early), overlapping encoding and writing.
+                with staging.writing_early(ticket.lease.start):
+                    root = self._save_root()
+            else:
+                staging.check_sent()
+            # The other blocks are written with the entry, in one round of flushes.
             return staging.unwritten([root], refresh_before=ticket.lease.start)[1]
 
         def put_entry(blocks: BlockItems) -> JournalEntry:

@@ -14,13 +14,21 @@ collection that goes on without this writer fences it off first). Blocks
 taken from anywhere else (``build_table``'s tablets) are registered as
 *foreign*, and the commit proves, under its writer lease, that every block
 they reach is stored: a cost proportional to what is linked from outside.
+
+A large write does not wait for the commit: while the commit builds its root
+under its writer lease (:meth:`StagedBlocks.writing_early`), blocks put with
+``early=True`` (the pages of a bulk write) are written durably in the
+background as they are made, so encoding and writing overlap, and their bytes
+leave memory once they are stored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from merkle.blocks.cid import CID, DAG_CBOR, codec_code
@@ -43,6 +51,8 @@ class StagedBlocks(BlockStore):
         self._staged: dict[CID, bytes] = {}
         self._foreign: set[CID] = set()
         self._lock = threading.Lock()
+        self._early: _EarlyWriter | None = None
+        self._sent: set[CID] = set()  # written early and dropped from memory
 
     def __reduce__(self) -> tuple[Any, ...]:
         raise UsageError("an uncommitted transaction cannot be pickled: commit it first")
@@ -57,8 +67,10 @@ class StagedBlocks(BlockStore):
         blocks: Iterable[tuple[bytes, str | int]],
         *,
         refresh_before: float | None = None,
+        early: bool = False,
     ) -> list[CID]:
         cids = []
+        hashed = []
         for data, codec in blocks:
             if not isinstance(data, (bytes, bytearray, memoryview)):
                 raise UsageError(f"block data must be bytes, got {type(data).__name__}")
@@ -67,7 +79,39 @@ class StagedBlocks(BlockStore):
             with self._lock:
                 self._staged.setdefault(cid, data)
             cids.append(cid)
+            hashed.append((cid, data))
+        writer = self._early
+        if early and writer is not None:
+            writer.send(hashed, self._stored)
         return cids
+
+    def _stored(self, blocks: Sequence[tuple[CID, bytes]]) -> None:
+        """Blocks written early are durable: their bytes leave memory."""
+        with self._lock:
+            for cid, _ in blocks:
+                if self._staged.pop(cid, None) is not None:
+                    self._sent.add(cid)
+
+    @contextlib.contextmanager
+    def writing_early(self, refresh_before: float) -> Iterator[None]:
+        """While held, blocks put with ``early=True`` are written to the lake at once.
+
+        Hold it only under a writer lease (started at ``refresh_before``):
+        blocks reach the lake before any entry names them, and the lease is
+        what keeps a collection from removing them meanwhile. Leaving waits
+        for every write and raises the first that failed.
+        """
+        writer = _EarlyWriter(self.base, refresh_before)
+        self._early = writer
+        try:
+            yield
+        except BaseException:
+            self._early = None
+            with contextlib.suppress(Exception):  # the first error is the one to see
+                writer.finish()
+            raise
+        self._early = None
+        writer.finish()
 
     def get(self, cid: CID) -> bytes:
         data = self._staged.get(cid)
@@ -93,6 +137,24 @@ class StagedBlocks(BlockStore):
         """Register blocks that this transaction links but took from outside its base version."""
         with self._lock:
             self._foreign.update(cids)
+
+    def check_sent(self) -> None:
+        """Raise :class:`NotFoundError` if a block written early is gone from the lake.
+
+        After a collection went on without this writer's lease, what it
+        wrote early may have been removed, and its bytes are no longer here
+        to write again.
+        """
+        with self._lock:
+            sent = list(self._sent)
+        there = self.base.present(sent, refresh_before=None)
+        lost = [cid for cid, found in zip(sent, there, strict=True) if not found]
+        if lost:
+            raise NotFoundError(
+                f"block {lost[0]} (written before this commit's entry) is missing from "
+                f"{self.base.store.uri}: a garbage collection went on without this writer "
+                "and removed it; write the data again"
+            )
 
     def reachable(self, roots: Sequence[CID]) -> tuple[list[tuple[CID, bytes]], list[CID]]:
         """The staged blocks reachable from ``roots``, and the foreign blocks they link."""
@@ -152,3 +214,53 @@ class StagedBlocks(BlockStore):
                     "committed: build the tablets again from a version that is kept"
                 )
         return blocks, missing
+
+
+#: Bytes of early blocks being written at once; beyond them, the encoders wait.
+_EARLY_BYTES_IN_FLIGHT = 96 << 20
+
+
+class _EarlyWriter:
+    """Writes batches of blocks durably in the background, a bounded amount at a time."""
+
+    def __init__(self, base: BlockStore, refresh_before: float) -> None:
+        self.base = base
+        self.refresh_before = refresh_before
+        self.pool: ThreadPoolExecutor | None = None
+        self.futures: list[Future[None]] = []
+        self.room = threading.Condition()
+        self.in_flight = 0
+
+    def send(
+        self,
+        blocks: list[tuple[CID, bytes]],
+        done: Callable[[Sequence[tuple[CID, bytes]]], None],
+    ) -> None:
+        size = sum(len(data) for _, data in blocks)
+        with self.room:
+            self.room.wait_for(
+                lambda: not self.in_flight or self.in_flight + size <= _EARLY_BYTES_IN_FLIGHT
+            )
+            self.in_flight += size
+
+        def write() -> None:
+            try:
+                self.base.put_hashed(blocks, refresh_before=self.refresh_before)
+                done(blocks)
+            finally:
+                with self.room:
+                    self.in_flight -= size
+                    self.room.notify_all()
+
+        with self.room:
+            if self.pool is None:
+                self.pool = ThreadPoolExecutor(2, thread_name_prefix="merkle-early-write")
+            self.futures.append(self.pool.submit(write))
+
+    def finish(self) -> None:
+        try:
+            for future in self.futures:
+                future.result()
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)

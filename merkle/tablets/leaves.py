@@ -34,8 +34,9 @@ from merkle.tablets.store import TableStore
 
 __all__ = ["Leaves", "split_ranks"]
 
-#: Tablets encoded at once by a bulk write: bounds the memory of huge builds.
-_GROUP = 16
+#: A write of at least this many rows is a bulk write: its pages may go to the lake
+#: as they are made (``TableStore.store_encoded(bulk=True)``) and are not cached.
+_BULK_ROWS = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,16 +262,16 @@ class Leaves:
         if not n:
             return []
         cuts = cut_points(n, self.spec.limits.tablet_size)
-        refs: list[ChildRef] = []
-        for g in range(0, len(cuts) - 1, _GROUP):
-            pieces = [
-                rows.slice(cuts[i], cuts[i + 1]) for i in range(g, min(g + _GROUP, len(cuts) - 1))
-            ]
-            # Each worker gathers and encodes whole tablets: the row gather of a bulk
-            # load runs on every core, beside the compression of other tablets.
-            encoded: list[list[_Page]] = list(self.ts.map(self._encode_rows, pieces))
-            refs += self._store(encoded, {})
-        return refs
+        bulk = n >= _BULK_ROWS
+
+        def make(piece: SortedRows) -> TabletNode:
+            return self._tablet_node(self._encode_rows(piece), {}, bulk=bulk)
+
+        # Each worker gathers, encodes, hashes and hands on whole tablets: the row gather
+        # of a bulk load runs on every core, beside the compression of other tablets,
+        # while their blocks are written (see StagedBlocks.writing_early).
+        pieces = [rows.slice(a, b) for a, b in itertools.pairwise(cuts)]
+        return self._put_tablets(self.ts.map(make, pieces))
 
     def _encode_rows(self, rows: SortedRows) -> list[_Page]:
         """Sorted rows cut into even pages of at most ``page_rows``, each encoded."""
@@ -368,7 +369,12 @@ class Leaves:
         if cuts is None:  # pages too big to cut between: re-cut the rows
             rows = [run if isinstance(run, SortedRows) else self._page_rows(run) for run in runs]
             return self.write(concat_sorted(rows, key_field))
-        return self._store([pages[a:b] for a, b in itertools.pairwise(cuts)], last_keys)
+        return self._put_tablets(
+            [
+                self._tablet_node(pages[a:b], last_keys, bulk=False)
+                for a, b in itertools.pairwise(cuts)
+            ]
+        )
 
     def _last_key(self, page: _Page, last_keys: dict[CID, bytes]) -> bytes:
         if isinstance(page, _NewPage):
@@ -379,44 +385,44 @@ class Leaves:
         keys = self.page_keys(page).keys
         return bytes(keys[len(keys) - 1].as_py())
 
-    def _store(self, tablets: list[list[_Page]], last_keys: dict[CID, bytes]) -> list[ChildRef]:
-        """Store the new pages' blocks and one node per tablet; the tablets' refs."""
+    def _tablet_node(
+        self, pages: list[_Page], last_keys: dict[CID, bytes], *, bulk: bool
+    ) -> TabletNode:
+        """Store the new pages' blocks; the node of a tablet holding ``pages``."""
         fresh = [
             (table, data)
-            for pages in tablets
             for page in pages
             if isinstance(page, _NewPage)
             for _, table, data in page.blocks
         ]
-        stored = iter(self.ts.store_encoded(fresh))
-        nodes = []
-        for pages in tablets:
-            refs: list[PageRef] = []
-            for page in pages:
-                if isinstance(page, PageRef):
-                    refs.append(page)
-                    continue
-                keys: CID | None = None
-                families: dict[str, CID | None] = {}
-                size = 0
-                for slot, _, _ in page.blocks:
-                    cid, nbytes = next(stored)
-                    size += nbytes
-                    if slot == KEYS:
-                        keys = cid
-                    else:
-                        families[slot] = cid
-                assert keys is not None
-                refs.append(PageRef(page.first_key, page.count, size, keys, families))
-            nodes.append(
-                TabletNode(
-                    count=sum(page.count for page in refs),
-                    size=sum(page.size for page in refs),
-                    first_key=refs[0].first_key,
-                    last_key=self._last_key(pages[-1], last_keys),
-                    pages=tuple(refs),
-                )
-            )
+        stored = iter(self.ts.store_encoded(fresh, bulk=bulk))
+        refs: list[PageRef] = []
+        for page in pages:
+            if isinstance(page, PageRef):
+                refs.append(page)
+                continue
+            keys: CID | None = None
+            families: dict[str, CID | None] = {}
+            size = 0
+            for slot, _, _ in page.blocks:
+                cid, nbytes = next(stored)
+                size += nbytes
+                if slot == KEYS:
+                    keys = cid
+                else:
+                    families[slot] = cid
+            assert keys is not None
+            refs.append(PageRef(page.first_key, page.count, size, keys, families))
+        return TabletNode(
+            count=sum(page.count for page in refs),
+            size=sum(page.size for page in refs),
+            first_key=refs[0].first_key,
+            last_key=self._last_key(pages[-1], last_keys),
+            pages=tuple(refs),
+        )
+
+    def _put_tablets(self, nodes: Sequence[TabletNode]) -> list[ChildRef]:
+        """Store tablet nodes in one round; their refs."""
         cids = self.ts.put_nodes([node.to_node() for node in nodes])
         return [
             ChildRef(cid, 0, node.count, node.size, node.first_key, node.last_key)

@@ -76,7 +76,10 @@ def sort_rows(table: pa.Table, key_field: str, codec: KeyCodec) -> SortedRows:
     if words is not None:
         # Fixed 8-byte keys: the whole sort and dedupe in numpy.
         if bool(np.all(words[:-1] < words[1:])):
-            return SortedRows(table, encoded)
+            return SortedRows(table, encoded)  # already in key order: nothing to move
+        order = _dense_order(words)
+        if order is not None:  # unique keys in a narrow range: placed, not compared
+            return SortedRows(table, encoded.take(pa.array(order)), order)
         order = np.argsort(words)  # fast; fine while the keys are unique
         ordered = words[order]
         last_of_run = np.append(ordered[:-1] != ordered[1:], True)
@@ -99,6 +102,21 @@ def sort_rows(table: pa.Table, key_field: str, codec: KeyCodec) -> SortedRows:
     if not pc.all(keep).as_py():
         table, encoded = table.filter(keep), encoded.filter(keep)
     return SortedRows(table, encoded)
+
+
+def _dense_order(words: np.ndarray) -> np.ndarray | None:
+    """The sorting permutation of unique keys spanning at most twice their number, by
+    placing each at its offset from the smallest (a counting sort: linear, where a
+    comparison sort is n log n); None for sparse or repeated keys."""
+    n = len(words)
+    low = words.min()
+    span = int(words.max() - low) + 1
+    if span > 2 * n:
+        return None
+    slots = np.full(span, -1, dtype=np.int64)
+    slots[(words - low).astype(np.int64)] = np.arange(n, dtype=np.int64)
+    order = slots[slots >= 0] if span > n else slots
+    return order if len(order) == n and (span > n or bool((order >= 0).all())) else None
 
 
 def merge_changes(

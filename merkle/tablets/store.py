@@ -171,11 +171,19 @@ class TableStore:
         encoded = self.map(encode_segment, list(tables))
         return self.store_encoded(list(zip(tables, encoded, strict=True)))
 
-    def store_encoded(self, segments: Sequence[tuple[pa.Table, bytes]]) -> list[tuple[CID, int]]:
-        """Store already-encoded segments (and cache their tables); (CID, bytes) each."""
-        cids = self.blocks.put_many([(data, RAW) for _, data in segments])
-        for cid, (table, _) in zip(cids, segments, strict=True):
-            self._segments.put(cid.bytes, table, table.nbytes)
+    def store_encoded(
+        self, segments: Sequence[tuple[pa.Table, bytes]], *, bulk: bool = False
+    ) -> list[tuple[CID, int]]:
+        """Store already-encoded segments (and cache their tables); (CID, bytes) each.
+
+        ``bulk`` (a large write): the blocks may go to the lake at once
+        (``BlockStore.put_many(early=True)``) and their tables are not cached,
+        which would only push out what readers use.
+        """
+        cids = self.blocks.put_many([(data, RAW) for _, data in segments], early=bulk)
+        if not bulk:
+            for cid, (table, _) in zip(cids, segments, strict=True):
+                self._segments.put(cid.bytes, table, table.nbytes)
         return [(cid, len(data)) for cid, (_, data) in zip(cids, segments, strict=True)]
 
     # -- key indexes -------------------------------------------------------------
