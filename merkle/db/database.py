@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from merkle.blocks.cid import CID
+from merkle.blocks.store import MissingBlockError
 from merkle.db.dbroot import DbRoot
-from merkle.db.diff import DatabaseDiff, diff_databases
 from merkle.db.inputs import (
     as_rows,
     check_fields,
@@ -60,6 +60,7 @@ from merkle.tablets.table import Table, check_limits
 
 if TYPE_CHECKING:
     from merkle.db.connection import Connection
+    from merkle.db.diff import DatabaseDiff
 
 __all__ = ["Database"]
 
@@ -492,6 +493,8 @@ class Database(RecordOps):
     ) -> DatabaseDiff:
         """The changes from ``other`` (a Database, a version number of this database, or
         the name of a database of the lake) to this value: see :mod:`merkle.db.diff`."""
+        from merkle.db.diff import diff_databases  # the diff machinery: only when asked
+
         return diff_databases(self, other, table=table, fields=check_fields(fields))
 
     def describe(self) -> dict[str, Any]:
@@ -546,6 +549,14 @@ class Database(RecordOps):
                 entry = db._land(author, message)
             except JournalConflictError as exc:
                 conflict: ConflictError = exc
+            except MissingBlockError as exc:
+                # The root is built under the writer lease, after waiting out a running
+                # collection: one that trimmed this transaction's base version (others
+                # committed since) may have removed its blocks. That is a moved head.
+                head = conn.refs.head(db.name)
+                if head is None or head.version == db.version:
+                    raise
+                conflict = JournalConflictError(db.name, db.version, head.version, str(exc))
             else:
                 self._committed = conn._database(entry)
                 return self._committed

@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from merkle.db.ancestry import Lineage
 from merkle.db.diff import rekeyed, settings_changed
 from merkle.db.landing import land
 from merkle.db.ops import Op
 from merkle.errors import ConflictError, MergeConflictError, NotFoundError, UsageError
+from merkle.lazy import compute as pc
 from merkle.refs import JournalConflictError, JournalEntry, WriterTicket
 from merkle.tablets.diff import count_changes, diff_tables, rows_equal
 from merkle.tablets.keyindex import combine

@@ -33,9 +33,9 @@ from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from merkle.errors import IntegrityError, UsageError
+from merkle.lazy import compute as pc
 
 __all__ = [
     "KEY_SPEC_FORMS",

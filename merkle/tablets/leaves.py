@@ -26,7 +26,14 @@ import pyarrow as pa
 from merkle.blocks.cid import CID
 from merkle.tablets.keyindex import KeyIndex, combine
 from merkle.tablets.nodes import BASE, ChildRef, PageRef, TabletNode
-from merkle.tablets.pages import KEYS, concat_pages, cut_pages, encode_page, join_page
+from merkle.tablets.pages import (
+    KEYS,
+    concat_pages,
+    cut_pages,
+    encode_page,
+    join_page,
+    pick_rows,
+)
 from merkle.tablets.rows import SortedRows, concat_sorted, cut_points, merge_changes
 from merkle.tablets.segment import join_families, project
 from merkle.tablets.spec import TableSpec
@@ -224,7 +231,7 @@ class Leaves:
             page = tablet.pages[p]
             rows = [r for r in self.page_keys(page).find([keys[i] for i in groups[p]]) if r >= 0]
             if rows:
-                parts.append(self.page_table(page, fields).take(pa.array(rows, type=pa.int64())))
+                parts.append(pick_rows(self.page_table(page, fields), rows))
         return concat_pages(parts, self.spec.key_field) if parts else None
 
     def rank(self, cid: CID, key: bytes, *, inclusive: bool) -> int:
@@ -237,11 +244,8 @@ class Leaves:
         before = sum(page.count for page in tablet.pages[:p])
         return before + self.page_keys(tablet.pages[p]).rank(key, inclusive=inclusive)
 
-    def slice(self, cid: CID, start: int, stop: int, fields: Sequence[str] | None) -> pa.Table:
-        """Rows ``[start, stop)`` of a tablet: reads only the pages that hold them."""
-        tablet = self.node(cid)
-        if not tablet.pages:
-            return self.table(cid, fields).slice(start, stop - start)
+    def _covering(self, tablet: TabletNode, start: int, stop: int) -> tuple[list[PageRef], int]:
+        """The pages holding rows ``[start, stop)`` of a paged tablet, and the first's row."""
         chosen: list[PageRef] = []
         offset = first = 0
         for page in tablet.pages:
@@ -250,6 +254,24 @@ class Leaves:
                     first = offset
                 chosen.append(page)
             offset += page.count
+        return chosen, first
+
+    def slice_blocks(
+        self, cid: CID, start: int, stop: int, families: Sequence[str] | None
+    ) -> list[CID]:
+        """The blocks :meth:`slice` reads."""
+        tablet = self.node(cid)
+        if not tablet.pages:
+            return self.blocks(cid, families)
+        chosen, _ = self._covering(tablet, start, stop)
+        return [block for page in chosen for block in self.page_blocks(page, families)]
+
+    def slice(self, cid: CID, start: int, stop: int, fields: Sequence[str] | None) -> pa.Table:
+        """Rows ``[start, stop)`` of a tablet: reads only the pages that hold them."""
+        tablet = self.node(cid)
+        if not tablet.pages:
+            return self.table(cid, fields).slice(start, stop - start)
+        chosen, first = self._covering(tablet, start, stop)
         if not chosen:
             return self.page_table(tablet.pages[0], fields).slice(0, 0)
         return self.pages_table(chosen, fields).slice(start - first, stop - start)

@@ -7,13 +7,14 @@ tablet's rows, cutting rows into tablets. No per-row Python.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from merkle.lazy import compute as pc
 from merkle.tablets.keyindex import as_u64, combine
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.segment import concat_segments
@@ -59,12 +60,16 @@ class SortedRows:
         return SortedRows(self._source, self.keys.slice(start, length), self._order[start:stop])
 
 
-_NO_KEYS = pa.array([], type=pa.binary())
+@functools.cache
+def _no_keys() -> pa.Array:
+    # Made on first use: pa.array at import time would import pandas (pyarrow looks
+    # for pandas objects), a fifth of a second at every command's start.
+    return pa.array([], type=pa.binary())
 
 
 def empty_keys(codec: KeyCodec) -> pa.Array:
     """An empty array of the codec's encoded-key type (``binary`` for every codec)."""
-    return _NO_KEYS
+    return _no_keys()
 
 
 def sort_rows(table: pa.Table, key_field: str, codec: KeyCodec) -> SortedRows:

@@ -354,7 +354,9 @@ def column_values(table: pa.Table, name: str) -> list[Any]:
     kind = field.type
     if pa.types.is_timestamp(kind) and kind.tz is not None:
         # Arrow gives zoneinfo("UTC"); records use datetime.UTC, as CBOR and key codecs do.
-        naive = column.cast(pa.timestamp(kind.unit)).to_pylist()
+        # The stored values are UTC instants: seen as naive timestamps without a cast.
+        naive_type = pa.timestamp(kind.unit)
+        naive = [value for chunk in column.chunks for value in chunk.view(naive_type).to_pylist()]
         return [None if value is None else value.replace(tzinfo=_UTC) for value in naive]
     return list(column.to_pylist())
 

@@ -80,6 +80,11 @@ class TableStore:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_reopen, (self.blocks, self._shared.cache_bytes, self._shared.workers))
 
+    @property
+    def cache_bytes(self) -> int:
+        """The byte budget of the decoded-block cache."""
+        return self._shared.cache_bytes
+
     def with_blocks(self, blocks: BlockStore) -> TableStore:
         """A view reading and writing through ``blocks`` that shares these caches and threads.
 

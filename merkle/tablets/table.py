@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,7 +37,6 @@ from merkle.tablets.conform import (
     present_records,
     schema_of_segments,
 )
-from merkle.tablets.evolve import SchemaChange, plan_change, rewrite_rows
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
 from merkle.tablets.keys import key_codec as parse_key_codec
 from merkle.tablets.nodes import BASE, ChildRef, Limits, TableRoot
@@ -52,11 +51,15 @@ from merkle.tablets.segment import (
 )
 from merkle.tablets.settings import check_families, check_limits, key_successor, unreversed
 from merkle.tablets.store import TableStore
-from merkle.tablets.tree import TableSpec, Tree, node_ref
+from merkle.tablets.tree import LeafSlice, TableSpec, Tree, node_ref
+
+if TYPE_CHECKING:
+    from merkle.tablets.evolve import SchemaChange
 
 __all__ = ["Table", "check_families", "check_limits"]  # the checks live in .settings
 
-_PREFETCH = 8  # leaves whose segments a scan fetches at once
+_PREFETCH = 8  # leaves whose blocks a scan fetches at once (at most)
+_DECODED_PER_STORED = 3  # about how much bigger rows are decoded than stored (zstd)
 
 
 class Table:
@@ -449,6 +452,8 @@ class Table:
                 "this table was written before merkle-db kept schemas: it has none to alter "
                 "(its fields are schema-free); copy it into a new table to give it one"
             )
+        from merkle.tablets.evolve import plan_change, rewrite_rows  # when a schema changes
+
         plan = plan_change(self.root.schema, self.key, self.root.families, change)
         if not plan.rewrite:
             return self._with(schema=plan.schema)
@@ -617,15 +622,43 @@ class Table:
         if reverse:
             plan.reverse()
         families = self.spec.families_for(fields)
-        for i in range(0, len(plan), _PREFETCH):
-            chunk = plan[i : i + _PREFETCH]
-            # Fetch the segments of several leaves concurrently before materialising them.
-            self.prefetch([leaf.ref.cid for leaf in chunk if leaf.ref is not None], families)
+        leaves = tree.leaves_io
+        for chunk in self._chunks(plan):
+            # Fetch the blocks of several leaves concurrently before materialising them:
+            # only the pages that hold the rows wanted, where no pending change falls.
+            self.ts.prefetch_nodes([leaf.ref.cid for leaf in chunk if leaf.ref is not None])
+            blocks = []
+            for leaf in chunk:
+                if leaf.ref is None:
+                    continue
+                if overlay.has_entries(leaf.lo, leaf.hi):
+                    blocks += leaves.blocks(leaf.ref.cid, families)
+                else:
+                    blocks += leaves.slice_blocks(leaf.ref.cid, leaf.start, leaf.stop, families)
+            self.ts.segments(blocks)
             for leaf in chunk:
                 rows = tree.materialize(leaf, overlay, fields)
                 if reverse:
                     rows = rows.take(pa.array(np.arange(rows.num_rows - 1, -1, -1)))
                 yield rows
+
+    def _chunks(self, plan: Sequence[LeafSlice]) -> Iterator[list[LeafSlice]]:
+        """The plan's leaves in groups fetched at once: at most :data:`_PREFETCH`, and
+        no more (decoded) than a part of the cache, so that a group is still cached
+        when it is read however small the cache."""
+        budget = max(1, self.ts.cache_bytes // (3 * _DECODED_PER_STORED))
+        chunk: list[LeafSlice] = []
+        used = 0
+        for leaf in plan:
+            ref = leaf.ref
+            size = 0 if ref is None else ref.size * (leaf.stop - leaf.start) // max(1, ref.count)
+            if chunk and (len(chunk) >= _PREFETCH or used + size > budget):
+                yield chunk
+                chunk, used = [], 0
+            chunk.append(leaf)
+            used += size
+        if chunk:
+            yield chunk
 
     def prefetch(self, tablets: Sequence[CID], families: Sequence[str] | None) -> None:
         """Fetch, verify and decode the blocks of ``tablets`` (only ``families``) at once."""

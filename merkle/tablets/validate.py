@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from merkle.blocks.cid import CID
 from merkle.errors import IntegrityError, MerkleError
+from merkle.lazy import compute as pc
 from merkle.tablets.batch import TIER_FANIN, Overlay, batch_tier, load_batch
 from merkle.tablets.keyindex import combine
 from merkle.tablets.nodes import BASE, ChildRef, TabletNode

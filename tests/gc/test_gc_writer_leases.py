@@ -101,16 +101,18 @@ def test_a_block_refreshed_after_the_listing_survives_a_collection_that_stops_wa
             inside.set()  # the commit holds its writer lease now
             _wait(listed, "the collector listed the blocks")
 
-        real_put_hashed = writer.blocks.put_hashed
+        # A commit refreshes the blocks it reuses (and learns which it must write) in
+        # ``absent``; it writes the new ones with its journal entry.
+        real_absent = writer.blocks.absent
 
-        def put_hashed(*args: Any, **kwargs: Any) -> Any:
+        def absent(*args: Any, **kwargs: Any) -> Any:
             pause_before_flush()
             try:
-                return real_put_hashed(*args, **kwargs)
+                return real_absent(*args, **kwargs)
             finally:
                 flushed.set()
 
-        monkeypatch.setattr(writer.blocks, "put_hashed", put_hashed)
+        monkeypatch.setattr(writer.blocks, "absent", absent)
         _hook(writer.refs, "commit", lambda: _wait(collected, "the collection ended"), monkeypatch)
         revert.thread.start()
         _wait(inside, "the writer is inside its commit")
@@ -150,7 +152,7 @@ def test_a_writer_that_commits_while_the_collector_waits_keeps_its_refreshed_blo
             inside.set()
             _wait(listed, "the collector listed the blocks")
 
-        _hook(writer.blocks, "put_hashed", pause_before_flush, monkeypatch)
+        _hook(writer.blocks, "absent", pause_before_flush, monkeypatch)
         revert.thread.start()
         _wait(inside, "the writer is inside its commit")
         real_live = collector.leases.live
