@@ -119,7 +119,12 @@ class BlockStore:
             present: list[bool] = self.store.map_bulk(
                 lambda key: self._refresh(key, refresh_before), keys
             )
-            missing = [key for key, found in zip(keys, present, strict=True) if not found]
+            found = [key for key, there in zip(keys, present, strict=True) if there]
+            missing = [key for key, there in zip(keys, present, strict=True) if not there]
+            if found:
+                # Perhaps written by another process that has not made them durable yet:
+                # what this caller commits next must not outlive them.
+                self.store.make_durable(found)
             if missing:
                 self.store.put_many((key, pending[key]) for key in missing)
 
