@@ -257,7 +257,10 @@ def raising(error: OSError) -> Callable[..., Any]:
     ids=["stat", "exists", "list", "list_prefixes", "touch", "delete", "make_durable", "temps"],
 )
 def test_every_operating_system_error_is_a_storage_error(
-    store: FileStore, monkeypatch: pytest.MonkeyPatch, call: Callable[[FileStore], Any], patched: str
+    store: FileStore,
+    monkeypatch: pytest.MonkeyPatch,
+    call: Callable[[FileStore], Any],
+    patched: str,
 ) -> None:
     monkeypatch.setattr(os, patched, raising(PermissionError(errno.EACCES, "Permission denied")))
     with pytest.raises(StorageError, match="Permission denied") as caught:
