@@ -551,7 +551,10 @@ def decode_segment(data: bytes) -> pa.Table:
 
 
 def _check_names(schema: pa.Schema) -> None:
-    """Decode every field name, nested ones too (UnicodeDecodeError if one is not UTF-8)."""
+    """Column names are distinct and non-empty; every field name, nested too, is UTF-8."""
+    names = schema.names  # UnicodeDecodeError if one is not UTF-8
+    if len(set(names)) != len(names) or "" in names:
+        raise ValueError(f"column names must be distinct and non-empty, found {names!r:.200}")
     stack = list(schema)
     while stack:
         field = stack.pop()
