@@ -194,7 +194,8 @@ class Database:
     @property
     def leased(self) -> bool:
         """Whether a reader lease keeps this value's version from garbage collection."""
-        return self._reader is not None and not self._reader.released
+        reader = self._reader
+        return reader is not None and not reader.released and reader.lapsed is None
 
     def release(self) -> None:
         """Give up the reader lease of ``open_db(..., lease=True)`` (no-op without one)."""
@@ -225,6 +226,8 @@ class Database:
 
     def _state(self, name: str) -> _TableState:
         check_table_name(name)
+        if self._reader is not None:
+            self._reader.check()  # a lapsed lease no longer protects what is read
         if name in self._tables:
             state = self._tables[name]
             if state is None:
@@ -505,6 +508,7 @@ class Database:
         state = self._state(table)
         cids = [CID.parse(t) for t in tablet_ids]
         built = state.table.build_from(cids)
+        self._staging.add_foreign(cids)  # proven stored at commit, under the writer lease
         op = BuildTable(
             table, built.root.uid, [str(c) for c in cids], self._table_root(table) or ""
         )
@@ -581,27 +585,35 @@ class Database:
         if self._committed is not None:
             return self._committed  # committing the same value twice makes one version
         db = self
+        conn = self._conn
         for attempt in range(MAX_COMMIT_ATTEMPTS):
             root = db._save_root()
-            with self._conn.writer_lease() as lease:
-                db._staging.flush_reachable([root], refresh_before=lease.start)
-                self._conn.leases.ensure_valid(lease)
+            conflict: ConflictError | None = None
+            raced = False
+            with conn.writer_lease() as ticket:
+                db._staging.flush_reachable([root], refresh_before=ticket.lease.start)
+                conn.leases.ensure_valid(ticket.lease)
                 try:
-                    entry = self._conn.refs.commit(
+                    entry = conn.refs.commit(
                         db.name, db.version, str(root), author=author, message=message
                     )
                 except JournalConflictError as exc:
-                    conflict: ConflictError = exc
+                    conflict = exc
                 else:
-                    self._committed = self._conn._database(entry)
-                    return self._committed
+                    raced = conn._settle(ticket, entry)
+            if conflict is None:
+                if raced:  # a collection may have removed blocks it could not see we need
+                    with conn.writer_lease() as again:
+                        db._staging.flush_reachable([root], refresh_before=again.lease.start)
+                self._committed = conn._database(entry)
+                return self._committed
             if not rebase:
                 raise ConflictError(
                     f"database {db.name!r} moved on from version {db.version} while this "
                     f"transaction ran ({conflict}); commit(rebase=False) does not replay: "
                     "open the database again and redo the changes"
                 ) from conflict
-            db = db._replay(self._conn._head_for_replay(db))
+            db = db._replay(conn._head_for_replay(db))
             time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 50)))  # jittered backoff
         raise ConflictError(
             f"gave up committing to database {self.name!r} after {MAX_COMMIT_ATTEMPTS} "
