@@ -28,9 +28,9 @@ from typing import Any
 import merkle
 from merkle.db.connection import Connection
 from merkle.db.readers import ReaderLeaseKeeper
-from merkle.db.writer import WriterSession
 from merkle.errors import MerkleError, NotFoundError
 from merkle.refs import LeaseManager
+from merkle.refs.writer import WriterSession
 from merkle.storage import open_store
 
 __all__ = [
@@ -69,7 +69,7 @@ def connect_short(uri: str, *, clock: Callable[[], float] | None = None) -> Conn
     )
     conn.leases = leases
     conn._writer = WriterSession(leases, ttl=LEASE_TTL, idle=0.2)
-    conn._readers = ReaderLeaseKeeper(leases, ttl=LEASE_TTL)
+    conn._readers = ReaderLeaseKeeper(leases, ttl=LEASE_TTL, still_kept=conn._still_kept)
     return conn
 
 
