@@ -15,8 +15,10 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+$(VENV)/.test-installed: pyproject.toml tools/ipld-car/package-lock.json | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	# The IPLD project's JavaScript CAR reader, for the CAR export tests (skipped without npm).
+	if command -v npm >/dev/null; then npm ci --prefix tools/ipld-car --no-audit --no-fund --silent; fi
 	touch $@
 
 $(VENV)/.bench-installed: pyproject.toml | $(BIN)/python

@@ -12,6 +12,7 @@ __all__ = [
     "CommitIndeterminateError",
     "ConflictError",
     "IntegrityError",
+    "MergeConflictError",
     "MerkleError",
     "NotFoundError",
     "StorageError",
@@ -37,6 +38,28 @@ class UsageError(MerkleError, ValueError):
 
 class ConflictError(MerkleError):
     """A compare-and-set lost against another writer and could not be replayed."""
+
+
+class MergeConflictError(ConflictError):
+    """A merge found changes that it may not combine; nothing was committed.
+
+    ``conflicts`` maps each table to a ``pyarrow.Table`` of the keys changed
+    differently on both sides, with the columns ``key``, ``base``, ``ours``
+    and ``theirs`` (structs of the records' fields; null where a side has no
+    record). ``table_conflicts`` maps a table (or ``""`` for the database
+    metadata) to why it cannot be merged key by key (dropped on one side and
+    changed on the other, re-keyed, settings changed differently).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        conflicts: dict[str, object] | None = None,
+        table_conflicts: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.conflicts = dict(conflicts or {})
+        self.table_conflicts = dict(table_conflicts or {})
 
 
 class CommitIndeterminateError(MerkleError):

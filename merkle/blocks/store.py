@@ -149,6 +149,20 @@ class BlockStore:
                 return False  # deleted between stat and touch: write it again
         return True
 
+    def present(self, cids: Sequence[CID], *, refresh_before: float | None) -> list[bool]:
+        """Whether each block is stored, refreshing the timestamps of old ones.
+
+        A writer that relies on a block it did not write (a copy that skips
+        blocks the destination holds) calls this under its writer lease with
+        ``refresh_before=lease.start``, exactly as a put of an existing block
+        would: a collection then spares what was found.
+        """
+        keys = [self.key(cid) for cid in cids]
+        found: list[bool] = self.store.map_bulk(
+            lambda key: self._refresh(key, refresh_before), keys
+        )
+        return found
+
     def delete(self, cid: CID) -> None:
         """Remove a block (GC only: a referenced block must never be deleted)."""
         self.node_cache.discard(cid.bytes)

@@ -24,6 +24,8 @@ import pyarrow as pa
 from merkle.blocks.cid import CID
 from merkle.blocks.codec import encode_node
 from merkle.db.dbroot import DbRoot
+from merkle.db.diff import DatabaseDiff, diff_databases
+from merkle.db.landing import land
 from merkle.db.ops import (
     AlterDbMeta,
     AlterFamilies,
@@ -39,7 +41,7 @@ from merkle.db.ops import (
 from merkle.db.readers import ReaderLease
 from merkle.db.staging import StagedBlocks
 from merkle.errors import ConflictError, MerkleError, NotFoundError, UsageError
-from merkle.refs import JournalConflictError, JournalEntry
+from merkle.refs import JournalConflictError, JournalEntry, WriterTicket
 from merkle.tablets.batch import BatchContent, fold
 from merkle.tablets.keys import KeyCodec, infer_key_codec_arrow
 from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
@@ -541,6 +543,13 @@ class Database:
         meta = check_metadata(fn(self._meta, *args), f"metadata of database {self.name!r}")
         return self._evolve(meta=meta, meta_changed=True, ops=(*self._ops, AlterDbMeta(fn, args)))
 
+    def diff(
+        self, other: Any, table: str | None = None, fields: Sequence[str] | None = None
+    ) -> DatabaseDiff:
+        """The changes from ``other`` (a Database, a version number of this database, or
+        the name of a database of the lake) to this value: see :mod:`merkle.db.diff`."""
+        return diff_databases(self, other, table=table, fields=_check_fields(fields))
+
     def describe(self) -> dict[str, Any]:
         tables = {}
         for name in self.list_tables():
@@ -587,24 +596,11 @@ class Database:
         db = self
         conn = self._conn
         for attempt in range(MAX_COMMIT_ATTEMPTS):
-            root = db._save_root()
-            conflict: ConflictError | None = None
-            raced = False
-            with conn.writer_lease() as ticket:
-                db._staging.flush_reachable([root], refresh_before=ticket.lease.start)
-                conn.leases.ensure_valid(ticket.lease)
-                try:
-                    entry = conn.refs.commit(
-                        db.name, db.version, str(root), author=author, message=message
-                    )
-                except JournalConflictError as exc:
-                    conflict = exc
-                else:
-                    raced = conn._settle(ticket, entry)
-            if conflict is None:
-                if raced:  # a collection may have removed blocks it could not see we need
-                    with conn.writer_lease() as again:
-                        db._staging.flush_reachable([root], refresh_before=again.lease.start)
+            try:
+                entry = db._land(author, message)
+            except JournalConflictError as exc:
+                conflict: ConflictError = exc
+            else:
                 self._committed = conn._database(entry)
                 return self._committed
             if not rebase:
@@ -619,6 +615,21 @@ class Database:
             f"gave up committing to database {self.name!r} after {MAX_COMMIT_ATTEMPTS} "
             "attempts: other writers kept committing first"
         )
+
+    def _land(self, author: str | None, message: str | None) -> JournalEntry:
+        """Write this value's blocks and its journal entry; JournalConflictError if it moved."""
+        root = self._save_root()
+        conn, staging = self._conn, self._staging
+
+        def write_blocks(ticket: WriterTicket, first: bool) -> None:
+            staging.flush_reachable([root], refresh_before=ticket.lease.start)
+
+        def put_entry() -> JournalEntry:
+            return conn.refs.commit(
+                self.name, self.version, str(root), author=author, message=message
+            )
+
+        return land(conn, self.name, write_blocks, put_entry)
 
     def _replay(self, head: Database) -> Database:
         db = head
