@@ -2,7 +2,8 @@
 
 :func:`sample_lake` builds a small lake in memory (three tables with int,
 tuple and string keys, a second column family, pending batches and deletes,
-a clone, a reader lease, a GC lock, a policy and a GC report) and returns it
+a clone, a reader lease, a GC lock, a policy, a GC report, a tag and a CAR
+export) and returns it
 with the raw bytes of each kind of object and every block the head reaches.
 :func:`relink` re-stores a damaged block under its own CID and rewrites the
 path of nodes above it up to a new database root, so a reader reaches the
@@ -12,6 +13,7 @@ damage the way it would reach a block someone crafted.
 from __future__ import annotations
 
 import datetime
+import io
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +25,7 @@ from merkle.db.connection import Connection
 from merkle.gc import set_retention
 from merkle.refs.gclock import read_lock
 from merkle.storage import open_store
+from merkle.transfer.car import export_car
 
 __all__ = ["Sample", "read_everything", "relink", "replace_links", "sample_lake"]
 
@@ -104,6 +107,11 @@ def sample_lake() -> Sample:
     sample.objects["policy"] = _raw(store, "gc/policy")
     sample.objects["report"] = _raw(store, "gc/reports/")
     sample.objects["lake config"] = _raw(store, "config")
+    conn.tag(DB, "release-1", version=1, message="first")
+    sample.objects["tag"] = _raw(store, "tags/")
+    car = io.BytesIO()
+    export_car(conn, DB, car)
+    sample.objects["car"] = [("shop.car", car.getvalue())]
     return sample
 
 

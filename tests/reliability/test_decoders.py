@@ -2,8 +2,8 @@
 
 A lake is read by many decoders: DAG-CBOR blocks, CIDs, the typed nodes of
 tables (table root, index, tablet, batch) and databases, Arrow segments, key
-codecs, journal entries and hints, leases, GC locks, the GC policy and
-reports, the lake's config. Whatever bytes a damaged disk, a bad copy or a
+codecs, journal entries and hints, leases, GC locks, tags, the GC policy and
+reports, the lake's config, CAR files to import. Whatever bytes a damaged disk, a bad copy or a
 hostile writer leaves, each must return a value or raise a ``merkle.errors``
 error, never another exception, a hang or a crash. (Whether the value is
 *right* is for the hash checks: a block read by CID is verified first; these
@@ -21,6 +21,7 @@ run (see doc/reliability.md).
 
 from __future__ import annotations
 
+import io
 import os
 import pickle
 from collections.abc import Callable
@@ -37,12 +38,13 @@ from merkle.db.dbroot import DbRoot
 from merkle.errors import MerkleError, UsageError
 from merkle.gc.policy import POLICY_KEY, Policy, load_policy
 from merkle.gc.report import REPORT_PREFIX, load_reports
-from merkle.refs import RefManager, gclock, leases
+from merkle.refs import RefManager, gclock, leases, tags
 from merkle.refs.entry import decode_slot, head_key, trimmed_key
 from merkle.storage import open_store
 from merkle.tablets.keys import infer_key_codec_arrow, key_codec
 from merkle.tablets.nodes import BatchNode, IndexNode, TableRoot, TabletNode
 from merkle.tablets.segment import arrow_to_records, decode_segment
+from merkle.transfer.car import read_car
 
 from .samples import DB, Sample, read_everything, relink, sample_lake
 
@@ -418,6 +420,24 @@ def test_leases_from_damaged_bytes(raw: bytes, which: int) -> None:
 def test_gc_locks_from_damaged_bytes(raw: bytes) -> None:
     key = sample().objects["gc lock"][0][0]
     refused_or_value(gclock._decode, raw, key, int(key.rsplit("/", 1)[1]))
+
+
+@FUZZ
+@given(raw=damaged_objects("tag"))
+def test_tags_from_damaged_bytes(raw: bytes) -> None:
+    key = sample().objects["tag"][0][0]
+    refused_or_value(tags._decode, raw, key, DB, key.rsplit("/", 1)[1])
+
+
+@FUZZ
+@given(raw=st.deferred(lambda: damaged_bytes(_objects("car"))))
+def test_car_files_from_damaged_bytes(raw: bytes) -> None:
+    def read_all() -> None:
+        _, blocks = read_car(io.BytesIO(raw), "fuzzed.car")
+        for _ in blocks:
+            pass
+
+    refused_or_value(read_all)
 
 
 # -- GC policy, reports, the lake config ------------------------------------------------------
