@@ -15,6 +15,7 @@ __all__ = [
     "MergeConflictError",
     "MerkleError",
     "NotFoundError",
+    "SchemaError",
     "StorageError",
     "UsageError",
 ]
@@ -34,6 +35,15 @@ class NotFoundError(MerkleError, KeyError):
 
 class UsageError(MerkleError, ValueError):
     """The caller passed something invalid: a bad name, URI, key, value or option."""
+
+
+class SchemaError(UsageError):
+    """A value or column does not fit a table's schema, or a schema change breaks its rules.
+
+    The message names the table, the field, the record's key and the value,
+    and says how to make it fit (widen the field, declare it schema-free, or
+    fix the data).
+    """
 
 
 class ConflictError(MerkleError):

@@ -19,8 +19,9 @@ from merkle.blocks.cid import CID
 from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
 from merkle.blocks.store import BlockStore
 from merkle.blocks.walk import missing_below
-from merkle.db.database import Database, check_metadata
+from merkle.db.database import Database
 from merkle.db.dbroot import DbRoot
+from merkle.db.inputs import check_metadata
 from merkle.db.merge import Resolver, merge
 from merkle.db.readers import ReaderLeaseKeeper
 from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError

@@ -272,7 +272,7 @@ class _Merge:
             if name in self.result.list_tables():
                 self.result = self.result.drop_table(name)
             return
-        from merkle.db.database import _TableState
+        from merkle.db.tablestate import TableState as _TableState
 
         table = Table(self.result._ts, theirs.root)
         self.result = self.result._with_table(name, _TableState(table), _MergedTable(name))
@@ -320,7 +320,7 @@ class _Merge:
         return table
 
     def _rows(self, name: str, b: Table | None, o: Table, t: Table) -> None:
-        from merkle.db.database import _TableState
+        from merkle.db.tablestate import TableState as _TableState
 
         table = self._settings(name, b, o, t)
         if not t.root.key_codec:  # theirs never held a record: no row to bring over

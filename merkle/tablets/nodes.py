@@ -13,9 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from merkle.blocks.cid import CID
 from merkle.blocks.codec import NODE_VERSION, check_node
 from merkle.errors import IntegrityError
+from merkle.tablets.schema import composite_column, decode_schema, encode_schema
 
 __all__ = [
     "BASE",
@@ -23,6 +26,7 @@ __all__ = [
     "INDEX",
     "TABLE",
     "TABLET",
+    "TYPED_TABLE_VERSION",
     "BatchNode",
     "ChildRef",
     "IndexNode",
@@ -38,6 +42,10 @@ BATCH = "merkle/batch"
 
 #: The family that holds every key and the fields of no other family.
 BASE = "base"
+
+#: Format version of a table root that has a schema (and maybe a composite key):
+#: version 1 roots are the tables written before schemas, read as they always were.
+TYPED_TABLE_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,7 +301,14 @@ class BatchNode:
 
 @dataclass(frozen=True, slots=True)
 class TableRoot:
-    """The root of one table version: settings, the merged area and the pending batches."""
+    """The root of one table version: settings, the merged area and the pending batches.
+
+    ``key_field`` is the segment key column; ``key_fields`` the user's key
+    fields (one, or several for a composite key, stored as a struct column).
+    ``typed`` tables (format version 2) keep a ``schema`` (None until the
+    first write or declaration); version 1 tables have none and read as they
+    always did.
+    """
 
     key_field: str
     key_codec: str | None  # None until the first write picks one
@@ -306,13 +321,22 @@ class TableRoot:
     meta: Any = field(default=None)
     #: Identity of the table across versions: a drop and re-create gives a new one.
     uid: str = ""
+    key_fields: tuple[str, ...] = ()
+    typed: bool = False
+    schema: pa.Schema | None = None
+    #: Fields first written after this table chose so are schema-free (the record model).
+    free_default: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.key_fields:
+            object.__setattr__(self, "key_fields", (self.key_field,))
 
     def family_of(self) -> dict[str, str]:
         """Field name -> family name, for every field that belongs to a family."""
         return {f: fam for fam, fields in self.families.items() for f in fields}
 
     def to_node(self) -> dict[str, Any]:
-        return {
+        node: dict[str, Any] = {
             "type": TABLE,
             "v": NODE_VERSION,
             "key": {"field": self.key_field, "codec": self.key_codec},
@@ -325,18 +349,39 @@ class TableRoot:
             "meta": self.meta,
             "uid": self.uid,
         }
+        if self.typed:
+            node["v"] = TYPED_TABLE_VERSION
+            fields = self.key_fields
+            node["key"]["field"] = list(fields) if len(fields) > 1 else fields[0]
+            node["schema"] = None if self.schema is None else encode_schema(self.schema)
+            if self.free_default:
+                node["new_fields"] = "free"
+        return node
 
     @classmethod
     def from_node(cls, node: Any, where: object = None) -> TableRoot:
-        node = check_node(node, TABLE, where=where)
+        node = check_node(node, TABLE, where=where, versions=(NODE_VERSION, TYPED_TABLE_VERSION))
+        typed = node["v"] == TYPED_TABLE_VERSION
         try:
+            key = _map(node["key"])
+            key_fields: tuple[str, ...] = ()
+            if typed:
+                named = key["field"]
+                key_fields = (named,) if isinstance(named, str) else tuple(map(_text, _list(named)))
+                if not key_fields:
+                    raise ValueError("the key names no field")
+                key_field = key_fields[0] if len(key_fields) == 1 else composite_column(key_fields)
+            else:
+                key_field = _text(key["field"])
+            stored = node.get("schema") if typed else None
+            if stored is not None and not isinstance(stored, bytes):
+                raise TypeError("schema must be bytes or null")
             data = node["data"]
             pending = tuple(_list(node["pending"]))
             if data is not None and not isinstance(data, CID):
                 raise TypeError("data must be a link or null")
             if not all(isinstance(p, CID) for p in pending):
                 raise TypeError("pending entries must be links")
-            key = _map(node["key"])
             codec = key["codec"]
             families = _map(node["families"])
             if not all(
@@ -345,7 +390,7 @@ class TableRoot:
             ):
                 raise TypeError("families must map names to lists of field names")
             return cls(
-                _text(key["field"]),
+                key_field,
                 None if codec is None else _text(codec),
                 {name: tuple(fields) for name, fields in families.items()},
                 Limits.from_node(node["limits"]),
@@ -355,6 +400,10 @@ class TableRoot:
                 _count(node["size"]),
                 node.get("meta"),
                 _text(node.get("uid", "")),
+                key_fields,
+                typed,
+                None if stored is None else decode_schema(stored, where),
+                node.get("new_fields", "typed") == "free",
             )
         except (KeyError, TypeError, ValueError, IntegrityError) as exc:
             raise IntegrityError(f"table root {where} is malformed: {exc}") from exc

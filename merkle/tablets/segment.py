@@ -39,6 +39,7 @@ __all__ = [
     "SEGMENT_COMPRESSION",
     "SEGMENT_COMPRESSION_LEVEL",
     "arrow_to_records",
+    "cbor_array",
     "cbor_field",
     "column_values",
     "concat_segments",
@@ -288,7 +289,12 @@ def _utc_representable(value: datetime.datetime) -> bool:
     return True
 
 
-def _cbor_array(name: str, values: list[Any], row: _RowName) -> pa.Array:
+def cbor_array(name: str, values: Sequence[Any], row: _RowName) -> pa.Array:
+    """A CBOR column of Python values; UsageError naming ``row(i)`` for one CBOR cannot carry."""
+    return _cbor_array(name, [_plain(v) if v is not None else None for v in values], row)
+
+
+def _cbor_array(name: str, values: Sequence[Any], row: _RowName) -> pa.Array:
     encoded: list[bytes | None] = []
     for position, value in enumerate(values):
         if value is None:

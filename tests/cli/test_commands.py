@@ -42,7 +42,9 @@ def order(i: int) -> dict[str, Any]:
 def shop(conn: merkle.Connection) -> merkle.Database:
     """Database ``shop``: v0 empty, v1 with 40 orders, v2 with one changed and one deleted."""
     db = conn.create_db("shop", metadata={"owner": "ops"})
-    db = db.create_table("orders", key="order_id", families={"items": {"sku", "qty"}})
+    db = db.create_table(
+        "orders", key="order_id", families={"items": {"sku", "qty"}}, schema_free=True
+    )
     db = db.write("orders", [order(i) for i in range(40)]).commit(message="seed", author="t")
     return db.write("orders", {5: {"qty": 99}}).delete("orders", [6]).commit(message="fix")
 

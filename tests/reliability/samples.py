@@ -1,8 +1,9 @@
 """Valid stored objects of every kind, from a real lake, for the decoder fuzz tests to damage.
 
-:func:`sample_lake` builds a small lake in memory (three tables with int,
-tuple and string keys, a second column family, pending batches and deletes,
-a clone, a reader lease, a GC lock, a policy, a GC report, a tag and a CAR
+:func:`sample_lake` builds a small lake in memory (four tables with int,
+tuple, string and composite keys, typed and schema-free fields, a second
+column family, pending batches and deletes, a clone, a reader lease, a GC
+lock, a policy, a GC report, a tag and a CAR
 export) and returns it
 with the raw bytes of each kind of object and every block the head reaches.
 :func:`relink` re-stores a damaged block under its own CID and rewrites the
@@ -60,12 +61,16 @@ def _build(conn: Connection) -> None:
     limits: dict[str, Any] = {"tablet_size_limit": 4, "branching_factor": 3, "patch_limit": 40}
     db = conn.create_db(DB, metadata={"owner": "ops", "tags": ["a", "b"]})
     db = db.create_table("t", key="id", families={"extra": ["n"]}, **limits)
-    db = db.create_table("pairs", key="k", key_codec="tuple(str,reverse(int))", **limits)
-    db = db.create_table("words", key="w", **limits)
+    db = db.create_table(
+        "pairs", key="k", key_codec="tuple(str,reverse(int))", schema_free=["x"], **limits
+    )
+    db = db.create_table("words", key="w", schema_free=True, **limits)
+    db = db.create_table("points", key=["x", "y"], **limits)
     when = datetime.datetime(2024, 5, 1, 12, 30, tzinfo=datetime.UTC)
     db = db.write("t", [{"id": i, "v": f"v{i}", "n": i * 1.5, "at": when} for i in range(30)])
     db = db.write("pairs", [{"k": (f"p{i % 3}", i), "x": [i, {"y": None}]} for i in range(12)])
     db = db.write("words", [{"w": w, "len": len(w)} for w in ("ant", "bee", "cat", "dog", "eel")])
+    db = db.write("points", [{"x": i % 4, "y": f"y{i}", "z": i / 3} for i in range(10)])
     db = db.compact().commit(message="load")
     db = db.write("t", [{"id": i, "v": f"w{i}"} for i in range(28, 34)]).delete("t", [3, 4])
     db = db.delete("words", ["cat"]).commit(message="change")
@@ -73,7 +78,7 @@ def _build(conn: Connection) -> None:
 
 
 def sample_lake() -> Sample:
-    """A fresh sample (see the module doc); about 0.2 s."""
+    """A fresh sample (see the module doc); about 0.3 s."""
     conn = Connection(open_store("memory://"), workers=1)
     _build(conn)
     head = conn.refs.head(DB)

@@ -58,7 +58,13 @@ HISTORY = st.lists(STEP, max_size=16)
 
 def create_table(db: merkle.Database, name: str) -> merkle.Database:
     return db.create_table(
-        name, key="k", tablet_size_limit=4, branching_factor=3, patch_limit=6, patch_share=30
+        name,
+        key="k",
+        tablet_size_limit=4,
+        branching_factor=3,
+        patch_limit=6,
+        patch_share=30,
+        schema_free=True,  # the record model: a field's values are of any kind
     )
 
 

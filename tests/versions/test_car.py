@@ -30,7 +30,7 @@ def conn(lake: Lake) -> Iterator[merkle.Connection]:
 
 
 def _shop(conn: merkle.Connection) -> merkle.Database:
-    db = conn.create_db("shop").create_table("t", key="id", tablet_size_limit=100)
+    db = conn.create_db("shop").create_table("t", key="id", tablet_size_limit=100, schema_free=True)
     db = db.write("t", [{"id": i, "v": i % 3, "s": f"r{i}"} for i in range(1000)]).compact()
     db = db.write("t", [{"id": 5, "v": "pending"}]).commit()  # a pending batch too
     return db
