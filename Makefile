@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 LAKE   ?= $(CURDIR)/lake
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench crash fuzz clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,15 @@ test: lint
 
 bench: $(VENV)/.bench-installed
 	$(BIN)/python -m bench
+
+# The long reliability runs (doc/reliability.md): SIGKILL crash trials, and decoder fuzzing.
+TRIALS ?= 200
+crash: $(VENV)/.test-installed
+	cd tests && $(CURDIR)/$(BIN)/python -m reliability.crash --trials $(TRIALS)
+
+FUZZ_EXAMPLES ?= 20000
+fuzz: $(VENV)/.test-installed
+	MERKLE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/reliability/test_decoders.py -q
 
 clean:
 	rm -rf $(VENV) lake .pytest_cache .mypy_cache .ruff_cache .hypothesis

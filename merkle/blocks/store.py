@@ -149,7 +149,12 @@ class BlockStore:
             present = [self._refresh(key, refresh_before) for key in keys]
         else:
             present = self.store.map_bulk(lambda key: self._refresh(key, refresh_before), keys)
-        return [(key, pending[key]) for key, found in zip(keys, present, strict=True) if not found]
+        found = [key for key, there in zip(keys, present, strict=True) if there]
+        if found:
+            # Perhaps written by another process that has not made them durable yet:
+            # what this caller commits next must not outlive them.
+            self.store.make_durable(found)
+        return [(key, pending[key]) for key, there in zip(keys, present, strict=True) if not there]
 
     def _store_absent(self, pending: dict[str, bytes], refresh_before: float | None) -> None:
         """Write the blocks not yet stored; refresh old timestamps of those that are."""

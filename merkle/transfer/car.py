@@ -160,7 +160,10 @@ def _read_frame(handle: IO[bytes], where: str, what: str, *, eof_ok: bool = Fals
         if not more or len(raw) > 9:
             raise IntegrityError(f"{where} holds a malformed length before a {what}")
         raw += more
-    size, _, _ = varint.decode_raw(bytes(raw))
+    try:
+        size, _, _ = varint.decode_raw(bytes(raw))
+    except ValueError as exc:  # e.g. a length not minimally encoded
+        raise IntegrityError(f"{where} holds a malformed length before a {what}: {exc}") from None
     if size == 0 or size > _MAX_SECTION:
         raise IntegrityError(f"{where} holds a {what} of impossible length {size}")
     data = handle.read(size)
