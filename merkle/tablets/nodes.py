@@ -54,7 +54,7 @@ TYPED_TABLE_VERSION = 2
 PAGED_TABLET_VERSION = 2
 
 #: Records per page unless a table says otherwise (bench/scale.py measured the choice).
-DEFAULT_PAGE_SIZE = 4096
+DEFAULT_PAGE_SIZE = 16_384
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,11 +61,13 @@ ENCODING_KEY = b"merkle.encoding"
 CBOR_ENCODING = b"cbor"
 #: CBOR tag (merkle-db private) for a naive datetime: an ISO-8601 string, no offset.
 NAIVE_DATETIME_TAG = 1835728897  # 0x6D6B0001, "mk" 1
-#: Arrow IPC buffer compression of segment blocks and its level, chosen by
-#: bench/segments.py (doc/format.md, "Segments"). Part of the format only in
-#: that equal content must give equal bytes: readers accept any IPC codec.
-SEGMENT_COMPRESSION = "zstd"
-SEGMENT_COMPRESSION_LEVEL = 3
+#: Arrow IPC buffer compression of segment and page blocks and its level, chosen by
+#: bench/segments.py and bench/scale.py (doc/format.md, "Segments"): LZ4 decodes a
+#: page five times as fast as zstd, which scans and lookups wait for, for about
+#: half as many bytes again. Part of the format only in that equal content must
+#: give equal bytes: readers accept any IPC codec.
+SEGMENT_COMPRESSION = "lz4"
+SEGMENT_COMPRESSION_LEVEL = 1
 #: The codec object :func:`encode_segment` uses by default.
 SEGMENT_CODEC = pa.Codec(SEGMENT_COMPRESSION, compression_level=SEGMENT_COMPRESSION_LEVEL)
 
@@ -510,7 +512,7 @@ def encode_segment(table: pa.Table, *, compression: Any = SEGMENT_CODEC) -> byte
 
     One batch (chunks combined) makes the bytes a function of the content, so
     equal segments get equal CIDs. Buffers are compressed with
-    :data:`SEGMENT_CODEC` (zstd level 3); ``compression`` (None, "lz4",
+    :data:`SEGMENT_CODEC` (LZ4 frames); ``compression`` (None, "lz4",
     "zstd" or a ``pyarrow.Codec``) exists for measurements: keep the default
     when writing blocks, or equal content stops deduplicating.
     """
