@@ -32,6 +32,7 @@ Run: ``python -m bench scale [--quick]`` (quick: 100,000 and 300,000 rows).
 
 from __future__ import annotations
 
+import itertools
 import math
 import multiprocessing
 import os
@@ -309,7 +310,8 @@ def _range(side: Side, first: int, count: int) -> Any:
     if isinstance(side, LanceSide):
         assert side.ds is not None
         return side.ds.to_table(filter=f"id >= {first} AND id <= {last}")
-    assert isinstance(side, DeltaSide) and side.qb is not None
+    assert isinstance(side, DeltaSide)
+    assert side.qb is not None
     return side.qb.execute(f"SELECT * FROM t WHERE id >= {first} AND id <= {last}").read_all()
 
 
@@ -360,12 +362,12 @@ def growth_table(results: Sequence[Result]) -> str:
     if len(results) < 2:
         return ""
     head = ["operation (merkle-db)"]
-    for a, b in zip(results, results[1:], strict=False):
+    for a, b in itertools.pairwise(results):
         head.append(f"{b.rows / 1e6:g}M / {a.rows / 1e6:g}M")
     rows = []
     for op, label in OPS:
         line = [label]
-        for a, b in zip(results, results[1:], strict=False):
+        for a, b in itertools.pairwise(results):
             x, y = a.figures.get(op, {}).get(MERKLE), b.figures.get(op, {}).get(MERKLE)
             line.append("-" if not x or y is None else f"{y / x:.2f}x")
         rows.append(line)
@@ -374,14 +376,14 @@ def growth_table(results: Sequence[Result]) -> str:
             "log(rows) grows",
             *(
                 f"{math.log(b.rows) / math.log(a.rows):.2f}x"
-                for a, b in zip(results, results[1:], strict=False)
+                for a, b in itertools.pairwise(results)
             ),
         ]
     )
     rows.append(
         [
             "rows grow",
-            *(f"{b.rows / a.rows:.0f}x" for a, b in zip(results, results[1:], strict=False)),
+            *(f"{b.rows / a.rows:.0f}x" for a, b in itertools.pairwise(results)),
         ]
     )
     return markdown_table(head, rows)
