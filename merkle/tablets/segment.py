@@ -38,17 +38,21 @@ __all__ = [
     "SEGMENT_COMPRESSION",
     "SEGMENT_COMPRESSION_LEVEL",
     "arrow_to_records",
+    "cbor_column",
     "cbor_field",
     "column_values",
     "concat_segments",
     "decode_segment",
+    "decode_segment_schema",
     "encode_segment",
     "is_cbor_field",
     "join_families",
     "normalize_arrow",
     "project",
     "records_to_arrow",
+    "schema_message_size",
     "split_families",
+    "values_column",
 ]
 
 #: Name of the family that holds the key column and every field in no family.
@@ -240,6 +244,22 @@ def _record_with_key(keys: list[Any]) -> _RowName:
 
 def _row_number(position: int) -> str:
     return f"row {position}"
+
+
+def values_column(name: str, values: list[Any]) -> tuple[pa.Field, pa.Array]:
+    """A column of Python values (None for null): native Arrow where exact, CBOR otherwise.
+
+    The rule of :func:`records_to_arrow` for one field; UsageError naming the
+    field and row for a value CBOR cannot carry.
+    """
+    _check_name(name, "a field name")
+    field, array = _column_from_values(name, values, _row_number)
+    return field, array
+
+
+def cbor_column(table: pa.Table, name: str) -> pa.Array:
+    """Column ``name`` of a segment table with every value CBOR-encoded (nulls stay null)."""
+    return _cbor_array(name, column_values(table, name), _row_number)
 
 
 def _column_from_values(name: str, values: list[Any], row: _RowName) -> tuple[pa.Field, Any]:
@@ -522,6 +542,34 @@ def decode_segment(data: bytes) -> pa.Table:
     if len(batches) != 1:
         raise IntegrityError(f"a segment holds one record batch, this block holds {len(batches)}")
     return table
+
+
+def schema_message_size(head: bytes) -> int:
+    """How many leading bytes of a segment block hold its schema (from its first 8 bytes).
+
+    A segment is an IPC stream, so its first message is the schema: a
+    continuation marker, the metadata length, then the metadata. Planners
+    read just these bytes to learn a segment's columns without its data.
+    """
+    if len(head) < 8 or head[:4] != b"\xff\xff\xff\xff":
+        raise IntegrityError("block does not start like an Arrow IPC stream: not a segment")
+    return 8 + int.from_bytes(head[4:8], "little")
+
+
+def decode_segment_schema(head: bytes) -> pa.Schema:
+    """The schema of a segment from the first :func:`schema_message_size` bytes of its block.
+
+    These bytes are not hash-checked (only whole blocks can be): use the
+    schema for planning, and read the block itself, verified, for data.
+    """
+    size = schema_message_size(head)
+    if len(head) < size:
+        raise UsageError(f"decode_segment_schema needs the first {size} bytes, got {len(head)}")
+    try:
+        message = pa.ipc.read_message(pa.BufferReader(pa.py_buffer(head[:size])))
+        return pa.ipc.read_schema(message)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise IntegrityError(f"segment schema does not decode: {exc}") from None
 
 
 # -- families -----------------------------------------------------------------

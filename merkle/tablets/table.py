@@ -354,6 +354,14 @@ class Table:
     def _rebuilt(self, data: ChildRef | None) -> Table:
         return self._with_pending(data, (), data.count if data is not None else 0)
 
+    def with_merged(self, data: ChildRef | None) -> Table:
+        """This table with ``data`` as its whole merged area and nothing pending.
+
+        For trees built outside this class (bulk writers, :mod:`merkle.tablets.bulk`):
+        every pending change must already be in ``data``.
+        """
+        return self._rebuilt(data)
+
     def flush(self) -> Table:
         """Fold every pending batch into the tablets (a no-op when nothing is pending)."""
         if not self.root.pending:

@@ -1,0 +1,63 @@
+"""merkle-db on Spark: read, write, update, delete and collect a lake at cluster scale.
+
+::
+
+    import merkle.spark
+    merkle.spark.register(spark)       # the "merkle" data source on this session
+    df = (spark.read.format("merkle").option("lake", uri).option("db", "shop")
+          .option("table", "orders").load())
+    merkle.spark.write(df2, uri, "shop", "orders", key="order_id")   # upsert by key, one commit
+    merkle.spark.delete(spark, uri, "shop", "orders", keys_df)
+    merkle.spark.gc(spark, uri, keep_versions=10)
+
+Needs pyspark 4.1+ (``pip install merkle-db[spark]``) and Java 17+. See
+doc/spark.md.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from merkle.spark.bulk import delete, write
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["delete", "local_session", "register", "write"]
+
+#: Spark setting that lets a Python data source take filters (``pushFilters``).
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``merkle`` data source on ``spark`` and enable its filter pushdown."""
+    from merkle.spark.source import MerkleDataSource
+
+    spark.conf.set(PUSHDOWN_CONF, "true")
+    spark.dataSource.register(MerkleDataSource)
+
+
+def local_session(cores: int | str = "*", app: str = "merkle") -> SparkSession:
+    """A local Spark session (``local[cores]``) set up for merkle-db, with the source registered.
+
+    Python workers run this interpreter (``PYSPARK_PYTHON``) and Spark binds
+    to the loopback interface (``SPARK_LOCAL_IP``), as a machine without a
+    cluster needs; the UI is off.
+    """
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config(PUSHDOWN_CONF, "true")
+        .getOrCreate()
+    )
+    register(spark)
+    return spark

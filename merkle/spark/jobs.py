@@ -1,0 +1,319 @@
+"""A distributed write: the plan tasks get, what a task does, and the one commit.
+
+The driver plans a :class:`WriteJob` (plain values: it pickles to every
+task): the lake, the writer lease, the table version the write builds on
+(its root CID, already in the lake) and the :class:`WriteGroup` key ranges.
+Each task (:func:`run_groups`) rebuilds the groups whose rows it holds and
+writes their tablets straight to the lake under the lease; it returns small
+:class:`GroupResult` values, never rows. The driver (:func:`commit_job`)
+splices the new tablets into the tree and commits once, with
+compare-and-set; until then no version names the new blocks, so a failed or
+cancelled job leaves the head as it was and only unreferenced blocks behind.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from merkle.blocks.cid import CID
+from merkle.db.bulk import committed_table, lake_tables, replace_table, table_root
+from merkle.db.connection import Connection
+from merkle.db.database import Database
+from merkle.errors import ConflictError, UsageError
+from merkle.refs import Lease
+from merkle.spark.lake import hold_lease, open_lake
+from merkle.spark.options import LakeRef
+from merkle.spark.types import from_spark
+from merkle.tablets.bulk import (
+    TabletInfo,
+    WriteGroup,
+    merge_leaves,
+    plan_merges,
+    rewrite_group,
+    route,
+    splice,
+)
+from merkle.tablets.segment import concat_segments
+from merkle.tablets.table import Table
+
+__all__ = [
+    "GROUP",
+    "MARKER",
+    "GroupResult",
+    "TableSettings",
+    "WriteJob",
+    "collect_leaves",
+    "commit_job",
+    "has_table",
+    "local_merges",
+    "plan_base",
+    "run_groups",
+]
+
+#: Columns the shuffle adds to the rows: the write group, and whether the row is a marker.
+GROUP = "_merkle_group"
+MARKER = "_merkle_marker"
+#: Column holding a partition's tag for ``repartition`` (see merkle.spark.shuffle).
+TAG = "_merkle_tag"
+MODES = ("upsert", "replace", "delete")
+
+
+@dataclass(frozen=True)
+class TableSettings:
+    """What creating the table at commit needs (the table did not exist when planned)."""
+
+    key: str
+    key_codec: str
+
+
+@dataclass(frozen=True)
+class WriteJob:
+    lake: LakeRef
+    lease: Lease
+    lease_ttl: float
+    db: str
+    table: str
+    base_version: int
+    table_root: str  # CID string of the table version the groups were planned on
+    groups: tuple[WriteGroup, ...]
+    mode: str  # "upsert", "replace" (overwrite) or "delete"
+    create: TableSettings | None = None
+    cbor_fields: tuple[str, ...] = ()
+
+    def key_field(self) -> str:
+        return self.open_table().root.key_field
+
+    def open_table(self) -> Table:
+        conn = open_lake(self.lake)
+        return Table.load(lake_tables(conn, self.lease), CID.parse(self.table_root))
+
+
+@dataclass(frozen=True)
+class GroupResult:
+    """What a task made of one group: its new tablets (None: unchanged)."""
+
+    group: int
+    tablets: tuple[TabletInfo, ...] | None
+    rows: int
+    pending: tuple[int, ...] = ()  # groups holding pending changes (as this task saw them)
+
+
+def _pending_groups(job: WriteJob, table: Table) -> tuple[int, ...]:
+    if not table.root.pending:
+        return ()
+    overlay = table.overlay()
+    return tuple(g.index for g in job.groups if overlay.has_entries(g.lo, g.hi))
+
+
+def _column(batch: pa.RecordBatch, name: str) -> np.ndarray:
+    return np.asarray(batch.column(name).to_numpy(zero_copy_only=False))
+
+
+def run_groups(
+    job: WriteJob,
+    batches: Iterable[pa.RecordBatch],
+    *,
+    routed: bool,
+) -> list[GroupResult]:
+    """Rebuild the groups of the given rows (a task's share of the write).
+
+    ``routed``: the rows carry their group in the ``_merkle_group`` column,
+    and marker rows (no data) name groups to visit even without rows;
+    otherwise each row's group is found from its key.
+    """
+    with hold_lease(job.lake, job.lease, job.lease_ttl):
+        table = job.open_table()
+        spec = table.spec
+        starts = [g.lo for g in job.groups[1:] if g.lo is not None]
+        parts: list[pa.Table] = []
+        id_parts: list[np.ndarray] = []
+        visit: set[int] = set()
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            if routed:
+                ids = _column(batch, GROUP).astype(np.int64)
+                marker = _column(batch, MARKER).astype(bool)
+                visit.update(int(i) for i in ids[marker])
+                data = batch.filter(pa.array(~marker)) if marker.any() else batch
+                ids = ids[~marker]
+                data = data.select([n for n in data.schema.names if n not in (GROUP, MARKER, TAG)])
+                if not data.num_rows:
+                    continue
+                rows = from_spark(data, job.cbor_fields)
+            else:
+                rows = from_spark(batch, job.cbor_fields)
+                ids = route(spec.codec.encode_array(rows.column(spec.key_field)), starts)
+            parts.append(rows)
+            id_parts.append(ids)
+        empty = pa.table({spec.key_field: pa.array([], type=spec.codec.arrow_type)})
+        rows = (
+            parts[0]
+            if len(parts) == 1
+            else (concat_segments(parts, key_field=spec.key_field) if parts else empty)
+        )
+        ids = np.concatenate(id_parts) if id_parts else np.zeros(0, dtype=np.int64)
+        order = np.argsort(ids, kind="stable")
+        ids = ids[order]
+        rows = rows.take(pa.array(order))
+        cuts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.zeros(0, int)
+        bounds = [*map(int, cuts), len(ids)]
+        spans = {int(ids[a]): (a, b) for a, b in itertools.pairwise(bounds)}
+        pending = _pending_groups(job, table)
+        results = []
+        for index in sorted(set(spans) | visit):
+            a, b = spans.get(index, (0, 0))
+            part = rows.slice(a, b - a) if b > a else empty
+            results.append(_rebuild(job, table, job.groups[index], part, pending))
+        return results
+
+
+def _rebuild(
+    job: WriteJob, table: Table, group: WriteGroup, rows: pa.Table, pending: tuple[int, ...]
+) -> GroupResult:
+    key_field = table.root.key_field
+    given = rows if rows.num_rows else None
+    if job.mode == "delete":
+        deletes = rows.column(key_field) if rows.num_rows else None
+        made = rewrite_group(table, group, deletes=deletes)
+    else:
+        made = rewrite_group(table, group, upserts=given, replace=job.mode == "replace")
+    return GroupResult(group.index, None if made is None else tuple(made), rows.num_rows, pending)
+
+
+def collect_leaves(
+    job: WriteJob, results: Sequence[GroupResult]
+) -> tuple[list[TabletInfo], set[str]]:
+    """The table's tablets after the write, in key order, and the CIDs of the new ones.
+
+    UsageError if two tasks rebuilt one group, or if a group holding pending
+    changes was not rebuilt (both only happen when the rows were not routed
+    to groups first, as ``df.write.format("merkle")`` cannot do).
+    """
+    done: dict[int, GroupResult] = {}
+    pending: set[int] = set()
+    for result in results:
+        pending.update(result.pending)
+        if result.group in done and job.mode == "replace":
+            done[result.group] = _runs(job, done[result.group], result)
+            continue
+        if result.group in done:
+            group = job.groups[result.group]
+            raise UsageError(
+                f"two Spark partitions hold rows of one tablet's key range (group {group.index}) "
+                f"of table {job.table!r}; each partition must own whole tablets: write with "
+                "merkle.spark.write(df, ...), which routes rows to tablets first"
+            )
+        done[result.group] = result
+    missed = sorted(i for i in pending if i not in done)
+    if missed and job.mode != "replace":
+        raise UsageError(
+            f"table {job.table!r} has pending changes in key ranges no Spark partition wrote "
+            f"(groups {missed[:5]}); write with merkle.spark.write(df, ...), which folds them in"
+        )
+    leaves: list[TabletInfo] = []
+    fresh: set[str] = set()
+    for group in job.groups:
+        found = done.get(group.index)
+        if found is None or found.tablets is None:
+            if group.tablet is not None and job.mode != "replace":
+                leaves.append(group.tablet)
+        else:
+            leaves.extend(found.tablets)
+            fresh.update(t.cid for t in found.tablets)
+    return leaves, fresh
+
+
+def _runs(job: WriteJob, a: GroupResult, b: GroupResult) -> GroupResult:
+    """Two tasks' sorted runs of one group, as one result (UsageError if they overlap)."""
+    tablets = sorted([*(a.tablets or ()), *(b.tablets or ())], key=lambda t: t.first_key)
+    for before, after in itertools.pairwise(tablets):
+        if after.first_key <= before.last_key:
+            raise UsageError(
+                f"Spark partitions of the DataFrame written to table {job.table!r} overlap in "
+                "key range, so their rows cannot become one table without a second stage: "
+                "write with merkle.spark.write(df, ...), or repartitionByRange on the key first"
+            )
+    return GroupResult(a.group, tuple(tablets), a.rows + b.rows, a.pending)
+
+
+MergeRunner = Callable[[WriteJob, list[list[TabletInfo]]], list[list[TabletInfo]]]
+
+
+def local_merges(job: WriteJob, spans: list[list[TabletInfo]]) -> list[list[TabletInfo]]:
+    """Merge underfull tablets here (the data source's commit has no Spark to run them)."""
+    table = job.open_table()
+    return [merge_leaves(table, span) for span in spans]
+
+
+def commit_job(
+    job: WriteJob,
+    results: Sequence[GroupResult],
+    *,
+    message: str | None,
+    author: str | None,
+    merges: MergeRunner = local_merges,
+) -> Database:
+    """Build the new table from the tasks' tablets and commit it once (compare-and-set).
+
+    Underfull new tablets are merged with a neighbour first (``merges`` runs
+    them; by default here). On a moved head the write replays if its table
+    is unchanged there, and is a ConflictError naming both versions if not.
+    Returns the committed database (the head, unchanged, for a no-op).
+    """
+    conn = open_lake(job.lake)
+    base = job.open_table()
+    leaves, fresh = collect_leaves(job, results)
+    spans = plan_merges(base, leaves, fresh)
+    if spans:
+        merged = merges(job, [leaves[a:b] for a, b in spans])
+        for (a, b), new in sorted(zip(spans, merged, strict=True), reverse=True):
+            leaves[a:b] = new
+            fresh.update(t.cid for t in new)
+    changed = bool(fresh) or job.mode == "replace" or any(r.tablets is not None for r in results)
+    built = splice(base, leaves, fresh=fresh, replace=job.mode == "replace")
+    db = conn.open_db(job.db)
+    if job.create is not None:
+        if job.table in db.list_tables():
+            raise ConflictError(
+                f"table {job.table!r} of database {job.db!r} was created by another writer "
+                f"after version {job.base_version}, which this bulk write read (now at "
+                f"version {db.version}); its tablets were not committed: run it again"
+            )
+        db = db.create_table(job.table, key=job.create.key, key_codec=job.create.key_codec)
+    elif not changed:
+        return db
+    db = replace_table(
+        db,
+        job.table,
+        built,
+        based_on=None if job.create is not None else job.table_root,
+        base_version=job.base_version,
+    )
+    conn.leases.ensure_valid(job.lease)
+    return db.commit(message=message, author=author)
+
+
+def plan_base(
+    conn: Connection, db: Database, table: str, lease: Lease, create: TableSettings | None
+) -> tuple[Table, str]:
+    """The table a write builds on (bound to the lake under ``lease``) and its root CID.
+
+    A table to be created is an empty table with the planned settings, whose
+    root is stored under the lease so that tasks can load it like any other.
+    """
+    tables = lake_tables(conn, lease)
+    if create is None:
+        current = committed_table(db, table)
+        return Table(tables, current.root), table_root(db, table)
+    fresh = Table.new(tables, key_field=create.key, key_codec=create.key_codec)
+    return fresh, str(fresh.save())
+
+
+def has_table(db: Database, table: str) -> bool:
+    return table in db.list_tables()
