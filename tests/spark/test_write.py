@@ -192,7 +192,7 @@ def test_a_failed_job_leaves_the_head_and_only_garbage(
     bad = spark.range(0, 2000, 1, numPartitions=2).selectExpr(
         "id", "assert_true(id < 1990) AS check"
     )
-    with pytest.raises(Exception, match="assert_true|1990"):
+    with pytest.raises(Exception, match=r"assert_true|1990"):
         merkle.spark.write(
             bad.selectExpr("id", "CAST(check AS STRING) AS who"), file_lake.uri, "shop", "orders"
         )
