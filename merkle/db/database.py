@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import time
 import uuid
+from contextlib import nullcontext
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -39,7 +40,7 @@ from merkle.db.ops import (
 from merkle.db.readers import ReaderLease
 from merkle.db.staging import StagedBlocks
 from merkle.errors import ConflictError, MerkleError, NotFoundError, UsageError
-from merkle.refs import JournalConflictError, JournalEntry
+from merkle.refs import JournalConflictError, JournalEntry, Lease
 from merkle.tablets.batch import BatchContent, fold
 from merkle.tablets.keys import KeyCodec, infer_key_codec_arrow
 from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
@@ -566,7 +567,12 @@ class Database:
         return self._ts.put_node(root.to_node())
 
     def commit(
-        self, message: str | None = None, author: str | None = None, *, rebase: bool = True
+        self,
+        message: str | None = None,
+        author: str | None = None,
+        *,
+        rebase: bool = True,
+        lease: Lease | None = None,
     ) -> Database:
         """Make this value's changes the database's next version; the committed value.
 
@@ -574,7 +580,10 @@ class Database:
         changes are replayed on the new head and committed again (``rebase``);
         with ``rebase=False`` any concurrent commit is a ``ConflictError``. A
         value without changes is returned as it is; committing the same value
-        again returns the version its first commit made.
+        again returns the version its first commit made. ``lease``: a writer
+        lease the caller has held since it wrote the first block this commit
+        names (a bulk job's), used instead of the connection's own, so that a
+        collection waiting for that lease does not also block the commit.
         """
         if not self._ops:
             return self
@@ -583,9 +592,10 @@ class Database:
         db = self
         for attempt in range(MAX_COMMIT_ATTEMPTS):
             root = db._save_root()
-            with self._conn.writer_lease() as lease:
-                db._staging.flush_reachable([root], refresh_before=lease.start)
-                self._conn.leases.ensure_valid(lease)
+            held = nullcontext(lease) if lease is not None else self._conn.writer_lease()
+            with held as writing:
+                db._staging.flush_reachable([root], refresh_before=writing.start)
+                self._conn.leases.ensure_valid(writing)
                 try:
                     entry = self._conn.refs.commit(
                         db.name, db.version, str(root), author=author, message=message

@@ -295,8 +295,7 @@ def commit_job(
         based_on=None if job.create is not None else job.table_root,
         base_version=job.base_version,
     )
-    conn.leases.ensure_valid(job.lease)
-    return db.commit(message=message, author=author)
+    return db.commit(message=message, author=author, lease=job.lease)
 
 
 def plan_base(
