@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from contextlib import nullcontext
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any

@@ -116,9 +116,8 @@ def test_gc_during_a_write_spares_the_tasks_blocks(
     """A collection that starts after the tasks wrote their tablets but before the commit
     waits for the job's writer lease; the commit lands under that lease, and the sweep
     that follows keeps every block of the new version."""
-    from merkle.refs.gclock import read_lock
-
     import merkle.spark.bulk as bulk
+    from merkle.refs.gclock import read_lock
 
     conn = lake_conn(spark_lake)
     conn.create_db("shop")
