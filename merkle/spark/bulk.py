@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
 from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, StructField, StructType
 
 from merkle.db.bulk import committed_table
@@ -144,14 +144,19 @@ def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None
     create = table_settings(opts, df.schema, existing)
     if create is not None:
         mode = "replace"
+    key_field = create.key if create is not None else existing
+    assert key_field is not None
+    key_type = to_arrow_type(df.schema[key_field].dataType)
+    if mode == "delete" and committed_table(head, opts.table).codec is None:
+        return head  # never written: nothing to delete
     lease = conn.leases.acquire_writer(opts.lease_ttl, db=opts.db)
     try:
         with hold_lease(opts.lake, lease, opts.lease_ttl):
-            base, root = plan_base(conn, head, opts.table, lease, create)
+            base = plan_base(conn, head, opts.table, lease, create, key_type)
             groups = (
                 (WriteGroup(0, None, None, None),)
                 if mode == "replace"
-                else tuple(plan_groups(base))
+                else tuple(plan_groups(base.table))
             )
             job = WriteJob(
                 lake=opts.lake,
@@ -160,13 +165,14 @@ def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None
                 db=opts.db,
                 table=opts.table,
                 base_version=head.version,
-                table_root=root,
+                table_root=base.root,
+                based_on=base.based_on,
                 groups=groups,
                 mode=mode,
                 create=create,
                 cbor_fields=cbor_fields_of(df.schema),
             )
-            limit = base.spec.limits.tablet_size
+            limit = base.table.spec.limits.tablet_size
             parallelism = max(1, spark.sparkContext.defaultParallelism)
             if mode == "delete":
                 rows = [0] * len(groups)
@@ -177,7 +183,7 @@ def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None
                 per_task = max(1, min(10, math.ceil(total / (limit * 2 * parallelism))))
                 target = rows_per_task or per_task * limit
                 job, rows = _split(job, rows, samples, target)
-            markers = bool(base.root.pending) and mode != "replace"
+            markers = bool(base.table.root.pending) and mode != "replace"
             results = _write(df, job, rows, target, markers)
             return commit_job(
                 job,

@@ -44,6 +44,7 @@ from merkle.tablets.table import Table
 __all__ = [
     "GROUP",
     "MARKER",
+    "Base",
     "GroupResult",
     "TableSettings",
     "WriteJob",
@@ -80,6 +81,7 @@ class WriteJob:
     table: str
     base_version: int
     table_root: str  # CID string of the table version the groups were planned on
+    based_on: str | None  # CID string of the committed root it replaces (None: a new table)
     groups: tuple[WriteGroup, ...]
     mode: str  # "upsert", "replace" (overwrite) or "delete"
     create: TableSettings | None = None
@@ -292,26 +294,45 @@ def commit_job(
         db,
         job.table,
         built,
-        based_on=None if job.create is not None else job.table_root,
+        based_on=job.based_on,
         base_version=job.base_version,
     )
     return db.commit(message=message, author=author, lease=job.lease)
 
 
-def plan_base(
-    conn: Connection, db: Database, table: str, lease: Lease, create: TableSettings | None
-) -> tuple[Table, str]:
-    """The table a write builds on (bound to the lake under ``lease``) and its root CID.
+@dataclass(frozen=True)
+class Base:
+    """The table a write builds on: its value, its root in the lake, the root it replaces."""
 
-    A table to be created is an empty table with the planned settings, whose
-    root is stored under the lease so that tasks can load it like any other.
+    table: Table
+    root: str  # CID string tasks load the table from
+    based_on: str | None  # CID string of the committed root (None: created by the write)
+
+
+def plan_base(
+    conn: Connection,
+    db: Database,
+    table: str,
+    lease: Lease,
+    create: TableSettings | None,
+    key_type: pa.DataType,
+) -> Base:
+    """The table a write builds on, bound to the lake under ``lease``.
+
+    A table to be created (or one never written, which has no key codec yet)
+    is stored under the lease as it will be, with the codec of ``key_type``,
+    so that tasks can load it like any other table.
     """
     tables = lake_tables(conn, lease)
     if create is None:
-        current = committed_table(db, table)
-        return Table(tables, current.root), table_root(db, table)
+        committed = table_root(db, table)
+        current = Table(tables, committed_table(db, table).root)
+        if current.codec is not None:
+            return Base(current, committed, committed)
+        typed = current.with_codec_for(dtype=key_type)
+        return Base(typed, str(typed.save()), committed)
     fresh = Table.new(tables, key_field=create.key, key_codec=create.key_codec)
-    return fresh, str(fresh.save())
+    return Base(fresh, str(fresh.save()), None)
 
 
 def has_table(db: Database, table: str) -> bool:

@@ -102,11 +102,16 @@ class MerkleWriter(DataSourceArrowWriter):
             committed_table(db, opts.table).root.key_field if has_table(db, opts.table) else None
         )
         create = table_settings(opts, schema, existing)
+        key_field = create.key if create is not None else existing
+        assert key_field is not None
+        key_type = to_arrow_type(schema[key_field].dataType)
         lease = conn.leases.acquire_writer(opts.lease_ttl, db=opts.db)
         try:
-            base, root = plan_base(conn, db, opts.table, lease, create)
+            base = plan_base(conn, db, opts.table, lease, create, key_type)
             replace = overwrite or create is not None
-            groups = (WriteGroup(0, None, None, None),) if replace else tuple(plan_groups(base))
+            groups = (
+                (WriteGroup(0, None, None, None),) if replace else tuple(plan_groups(base.table))
+            )
             job = WriteJob(
                 lake=opts.lake,
                 lease=lease,
@@ -114,7 +119,8 @@ class MerkleWriter(DataSourceArrowWriter):
                 db=opts.db,
                 table=opts.table,
                 base_version=db.version,
-                table_root=root,
+                table_root=base.root,
+                based_on=base.based_on,
                 groups=groups,
                 mode="replace" if replace else "upsert",
                 create=create,
