@@ -36,7 +36,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import merkle
 from bench.common import fmt_bytes, fmt_duration, fmt_rows, markdown_table, temp_dir
 
 __all__ = ["run"]
