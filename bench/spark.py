@@ -23,7 +23,8 @@ aggregate >= 0.5x; key range faster than Parquet and reading only the
 tablets that hold it; bulk load <= 1.5x Parquet's time; a 1% upsert into 10M
 rows writes only the touched tablets and takes <= 0.5x the bulk load.
 
-Run: ``python -m bench spark [--quick]`` (needs Java 17+ and the spark extra).
+Run: ``python -m bench spark [--quick]`` (needs Java 17+ and the spark extra);
+``MERKLE_BENCH_SPARK_ROWS=1000000`` runs one size.
 """
 
 from __future__ import annotations
@@ -270,7 +271,9 @@ def run(quick: bool) -> str:
     spark = _session()
     sections = []
     try:
-        for rows in QUICK_SIZES if quick else SIZES:
+        chosen = os.environ.get("MERKLE_BENCH_SPARK_ROWS")  # e.g. "1000000" for one size
+        sizes = [int(n) for n in chosen.split(",")] if chosen else QUICK_SIZES if quick else SIZES
+        for rows in sizes:
             with temp_dir("merkle-bench-spark-") as work:
                 out, notes = _size(spark, rows, work)
             table = markdown_table(
