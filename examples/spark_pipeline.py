@@ -44,8 +44,15 @@ def write_raw(folder: Path, day: int, orders: range, rng: random.Random) -> None
     for n, order in enumerate(orders):
         when = start + timedelta(seconds=n)
         qty = rng.randint(1, 5) if rng.random() > 0.01 else 0  # about 1% broken rows
-        row = [order, f"c{order % 97}", f"sku-{order % 31}", qty, round(rng.uniform(2, 90), 2),
-               STATUSES[0], when.isoformat()]
+        row = [
+            order,
+            f"c{order % 97}",
+            f"sku-{order % 31}",
+            qty,
+            round(rng.uniform(2, 90), 2),
+            STATUSES[0],
+            when.isoformat(),
+        ]
         writers[n % 4].writerow(row)
         if rng.random() < 0.05:  # a later event for the same order: it was paid
             later = [*row[:5], "paid", (when + timedelta(minutes=5)).isoformat()]
@@ -95,24 +102,40 @@ def main() -> None:
     db = merkle.spark.write(day1, uri, "shop", "orders", key="order_id", message="day 1 load")
     yesterday = db.version
     info = db.describe_table("orders")
-    print(f"day 1: loaded {info['count']:,} orders in {info['tablets']} tablets (version {db.version})")
+    count, tablets = info["count"], info["tablets"]
+    print(f"day 1: loaded {count:,} orders in {tablets} tablets (version {db.version})")
 
     # 2. day 2: new orders and status changes upserted, cancellations deleted
     write_raw(work / "raw" / "day2", 2, range(args.orders, args.orders + args.orders // 10), rng)
     new_orders = clean(spark, work / "raw" / "day2")
     shipped = (
-        spark.read.format("merkle").option("lake", uri).option("db", "shop")
-        .option("table", "orders").load()
-        .where("status = 'paid'").limit(1000)
-        .selectExpr("order_id", "customer", "sku", "qty", "unit_price", "'shipped' AS status",
-                    "current_timestamp() AS updated_at", "amount")
+        spark.read.format("merkle")
+        .option("lake", uri)
+        .option("db", "shop")
+        .option("table", "orders")
+        .load()
+        .where("status = 'paid'")
+        .limit(1000)
+        .selectExpr(
+            "order_id",
+            "customer",
+            "sku",
+            "qty",
+            "unit_price",
+            "'shipped' AS status",
+            "current_timestamp() AS updated_at",
+            "amount",
+        )
     )
-    db = merkle.spark.write(new_orders.unionByName(shipped), uri, "shop", "orders",
-                            message="day 2 orders and shipments")
+    db = merkle.spark.write(
+        new_orders.unionByName(shipped), uri, "shop", "orders", message="day 2 orders and shipments"
+    )
     cancelled = spark.range(0, args.orders, 97).withColumnRenamed("id", "order_id")
     db = merkle.spark.delete(spark, uri, "shop", "orders", cancelled, message="day 2 cancellations")
-    print(f"day 2: {db.describe_table('orders')['count']:,} orders after upserts and "
-          f"cancellations (version {db.version})")
+    print(
+        f"day 2: {db.describe_table('orders')['count']:,} orders after upserts and "
+        f"cancellations (version {db.version})"
+    )
 
     # 3. yesterday beside today
     def orders(version: int | None = None, database: str = "shop") -> object:
@@ -121,19 +144,37 @@ def main() -> None:
         return (read.option("version", version) if version is not None else read).load()
 
     before, after = orders(yesterday).alias("b"), orders().alias("a")
-    changes = before.join(after, "order_id", "full_outer").selectExpr(
-        "CASE WHEN b.status IS NULL THEN 'added' WHEN a.status IS NULL THEN 'removed' "
-        "WHEN b.status <> a.status THEN 'changed' ELSE 'same' END AS change"
-    ).groupBy("change").count().orderBy("change")
-    print("yesterday -> today:", ", ".join(f"{r['change']} {r['count']:,}" for r in changes.collect()))
+    changes = (
+        before.join(after, "order_id", "full_outer")
+        .selectExpr(
+            "CASE WHEN b.status IS NULL THEN 'added' WHEN a.status IS NULL THEN 'removed' "
+            "WHEN b.status <> a.status THEN 'changed' ELSE 'same' END AS change"
+        )
+        .groupBy("change")
+        .count()
+        .orderBy("change")
+    )
+    print(
+        "yesterday -> today:", ", ".join(f"{r['change']} {r['count']:,}" for r in changes.collect())
+    )
     revenue = after.groupBy("status").sum("amount").orderBy("status").collect()
     print("revenue today by status:", ", ".join(f"{r[0]} {r[1]:,.2f}" for r in revenue))
 
     # 4. a clone for an experiment: a 10% discount on new orders, in the clone only
     conn.create_db("shop-experiment", root=conn.open_db("shop"))
-    discounted = orders(database="shop-experiment").where("status = 'new'").selectExpr(
-        "order_id", "customer", "sku", "qty", "unit_price", "status", "updated_at",
-        "round(amount * 0.9, 2) AS amount",
+    discounted = (
+        orders(database="shop-experiment")
+        .where("status = 'new'")
+        .selectExpr(
+            "order_id",
+            "customer",
+            "sku",
+            "qty",
+            "unit_price",
+            "status",
+            "updated_at",
+            "round(amount * 0.9, 2) AS amount",
+        )
     )
     merkle.spark.write(discounted, uri, "shop-experiment", "orders", message="10% off new orders")
     for name in ("shop", "shop-experiment"):
@@ -142,8 +183,10 @@ def main() -> None:
 
     # 5. garbage collection: keep the newest version of each database
     report = merkle.gc(conn, keep_versions=1, grace="0s")
-    print(f"gc: freed {report.blocks_freed:,} blocks ({report.bytes_freed:,} bytes), "
-          f"kept {report.blocks_kept:,}")
+    print(
+        f"gc: freed {report.blocks_freed:,} blocks ({report.bytes_freed:,} bytes), "
+        f"kept {report.blocks_kept:,}"
+    )
     spark.stop()
 
 

@@ -128,8 +128,11 @@ def inject_s3_faults(
     kind: FaultKind = "timeout",
     times: int = 1,
     after_send: bool = True,
+    key: str | None = None,
 ) -> Iterator[Faults]:
     """Make the next ``times`` calls of ``operation`` on ``store`` fail as ``kind``.
+
+    With ``key``, only calls on that object key count (others go through).
 
     ``operation`` is the S3 API name (``"PutObject"``, ``"GetObject"``,
     ``"HeadObject"``, ``"CopyObject"``, ``"DeleteObjects"``, ...). With
@@ -145,6 +148,8 @@ def inject_s3_faults(
     sender = URLLib3Session()
 
     def before_send(request: AWSPreparedRequest, **_: Any) -> AWSResponse | None:
+        if key is not None and not request.url.split("?")[0].endswith("/" + key):
+            return None
         if not faults.take():
             return None
         if after_send:

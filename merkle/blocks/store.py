@@ -20,12 +20,20 @@ from merkle.blocks.codec import decode_node, encode_node
 from merkle.errors import NotFoundError, UsageError
 from merkle.storage.base import ObjectInfo, ObjectStore
 
-__all__ = ["BLOCK_PREFIX", "BlockStore"]
+__all__ = ["BLOCK_PREFIX", "BlockStore", "MissingBlockError"]
 
 #: Where blocks live in a lake.
 BLOCK_PREFIX = "blocks/"
 
 _DEFAULT_CACHE_BYTES = 64 << 20
+
+
+class MissingBlockError(NotFoundError):
+    """A block is not in the store; ``cid`` names it."""
+
+    def __init__(self, message: str, cid: CID) -> None:
+        super().__init__(message)
+        self.cid = cid
 
 
 class BlockStore:
@@ -150,10 +158,11 @@ class BlockStore:
 
     # -- reads ---------------------------------------------------------------
 
-    def _missing(self, cid: CID) -> NotFoundError:
-        return NotFoundError(
+    def _missing(self, cid: CID) -> MissingBlockError:
+        return MissingBlockError(
             f"block {cid} is missing from {self.store.uri}; it was never written "
-            "or has been garbage-collected"
+            "or has been garbage-collected",
+            cid,
         )
 
     def get(self, cid: CID) -> bytes:

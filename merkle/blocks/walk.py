@@ -12,9 +12,9 @@ from collections.abc import Iterable, Iterator, Sequence
 
 from merkle.blocks.cid import CID, DAG_CBOR
 from merkle.blocks.codec import decode_node, iter_links
-from merkle.blocks.store import BlockStore
+from merkle.blocks.store import BlockStore, MissingBlockError
 
-__all__ = ["walk_levels"]
+__all__ = ["missing_below", "walk_levels"]
 
 _BATCH = 256  # nodes fetched at once
 
@@ -55,3 +55,21 @@ def _links(blocks: BlockStore, nodes: Sequence[CID], use_cache: bool) -> list[CI
         for cid, data in blocks.get_many(missing).items():
             decoded[cid] = decode_node(data)
     return [link for node in decoded.values() for link in iter_links(node)]
+
+
+def missing_below(blocks: BlockStore, roots: Iterable[CID]) -> CID | None:
+    """The first block that ``roots`` reach and the store lacks, or None if all are stored.
+
+    Nodes are read from the store (not the cache) and verified; raw leaves
+    are only checked for presence. Costs the blocks the roots reach.
+    """
+    try:
+        for level in walk_levels(blocks, roots, set(), use_cache=False):
+            leaves = [cid for cid in level if cid.codec != DAG_CBOR]
+            present = blocks.store.map_bulk(blocks.has, leaves)
+            for cid, ok in zip(leaves, present, strict=True):
+                if not ok:
+                    return cid
+    except MissingBlockError as exc:
+        return exc.cid
+    return None

@@ -3,7 +3,9 @@
 Both are thin layers over :func:`merkle.gc` and :func:`merkle.verify`. On a
 terminal they show a progress bar on stderr and print a readable summary;
 with ``--format json|jsonl|csv`` they print the report's numbers instead.
-``verify`` exits with status 1 when it finds a missing or corrupt block.
+What a collection waits for (a writer lease, another collector's lock) is
+said on stderr as it happens. ``verify`` exits with status 1 when it finds a
+missing or corrupt block or a damaged journal.
 """
 
 from __future__ import annotations
@@ -44,6 +46,11 @@ class _Progress:
         self.done = done
 
 
+def _tell(message: str) -> None:
+    """A notice of what the collection waits for, on stderr (never mixed with the report)."""
+    click.echo(f"merkle gc: {message}", err=True)
+
+
 def _emit(summary: str, record: dict[str, Any], fmt: str | None) -> None:
     """The readable summary as a table (a terminal's default), else the report's numbers."""
     if (fmt or default_format()) == "table":
@@ -63,6 +70,9 @@ def _gc_record(report: GCReport) -> dict[str, Any]:
         "bytes_spared_recent": report.bytes_spared_recent,
         "retention": report.retention,
         "grace_seconds": report.grace_seconds,
+        "writer_leases_passed": len(report.writer_leases_passed),
+        "fences": report.fences,
+        "temporaries_removed": report.temporaries_removed,
         "report": report.report_key,
     }
     for phase, seconds in report.phases.items():
@@ -91,12 +101,18 @@ def _gc_record(report: GCReport) -> dict[str, Any]:
     metavar="DURATION",
     help="Spare unreachable blocks younger than DURATION (default: the lake's, 1h).",
 )
+@click.option(
+    "--break-lock",
+    is_flag=True,
+    help="Take the GC lock from a collector that is surely gone (killed), then collect.",
+)
 @format_option
 def gc(
     dry_run: bool,
     keep_versions: int | None,
     keep_within: str | None,
     grace: str | None,
+    break_lock: bool,
     fmt: str | None,
 ) -> None:
     """Mark everything that kept versions and leases reach; delete the rest.
@@ -104,9 +120,17 @@ def gc(
     Retention options replace the lake's default for this run (per-database
     overrides still apply); without them the lake's stored policy decides
     (by default every version is kept). The report is also saved in the lake
-    under gc/reports/. See doc/operations.md.
+    under gc/reports/. --break-lock ends the lock of a collector that was
+    killed (instead of waiting for it to expire); the broken collector stops
+    before its next delete. See doc/operations.md.
     """
     conn = connection()
+    if break_lock:
+        broken = conn.leases.break_gc_lock()
+        if broken is None:
+            _tell("the GC lock was not held; nothing to break")
+        else:
+            _tell(f"broke the GC lock of {broken.holder} (generation {broken.generation})")
     with ExitStack() as stack:
         report = merkle.gc(
             conn,
@@ -115,6 +139,7 @@ def gc(
             keep_within=keep_within,
             grace=grace,
             progress=_Progress(stack),
+            notify=_tell,
         )
     _emit(report.summary(), _gc_record(report), fmt)
 
@@ -127,6 +152,8 @@ def _verify_record(report: VerifyReport) -> dict[str, Any]:
         "bytes_checked": report.bytes_checked,
         "missing": [cid for cid, _ in report.missing],
         "corrupt": [cid for cid, _ in report.corrupt],
+        "journals_damaged": [f"{db}: {problem}" for db, problem in report.journals_damaged],
+        "notes": report.notes,
         "unreachable_blocks": report.unreachable_blocks,
         "unreachable_bytes": report.unreachable_bytes,
     }
@@ -138,12 +165,21 @@ def _verify_record(report: VerifyReport) -> dict[str, Any]:
 def verify(db: str | None, fmt: str | None) -> None:
     """Read and re-hash every block reachable from kept versions (of DB, or of all).
 
-    Exits with status 1 if a block is missing or corrupt, naming the damage.
+    Exits with status 1 if a block is missing or corrupt or a journal is
+    damaged, naming the damage.
     """
     conn = connection()
     with ExitStack() as stack:
         report = merkle.verify(conn, db, progress=_Progress(stack))
     _emit(report.summary(), _verify_record(report), fmt)
+    if report.journals_damaged:
+        name, problem = report.journals_damaged[0]
+        raise CliError(
+            f"damage found: the journal of {name!r} is damaged ({problem}); "
+            f"{len(report.journals_damaged)} journal problem(s), {len(report.missing)} "
+            f"missing and {len(report.corrupt)} corrupt blocks; restore them from a copy "
+            "of the lake"
+        )
     if not report.ok:
         first = (report.missing or report.corrupt)[0]
         raise CliError(

@@ -109,6 +109,7 @@ class ReplaceTable(Op):
     root: TableRoot
     based_on: str | None  # CID string of the table root the build started from
     base_version: int
+    made: tuple[str, ...] = ()  # CID strings of the tablets the build wrote
 
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
@@ -133,11 +134,19 @@ class ReplaceTable(Op):
             count=self.root.count,
             size=self.root.size,
         )
+        # The commit proves the new tablets still stored, under its writer lease.
+        db._staging.add_foreign(CID.parse(cid) for cid in self.made)
         return db._with_table(self.table, _TableState(Table(db._ts, root)), self)
 
 
 def replace_table(
-    db: Database, name: str, table: Table, *, based_on: str | None, base_version: int
+    db: Database,
+    name: str,
+    table: Table,
+    *,
+    based_on: str | None,
+    base_version: int,
+    made: Iterable[str] = (),
 ) -> Database:
     """``db`` with the data of table ``name`` replaced by ``table``'s (blocks in the lake).
 
@@ -145,9 +154,11 @@ def replace_table(
     pending batches, count and size become ``table``'s. ``based_on`` is the
     CID string of the table root the bulk write started from (:func:`table_root`
     of the version ``base_version`` it read), or None for a table created in
-    this transaction. Commit the result as usual: on a moved head the
-    replacement replays if the table there is still ``based_on``, and is a
-    ConflictError naming both versions otherwise.
+    this transaction. ``made`` names the tablets the build wrote (CID
+    strings): the commit proves them still stored. Commit the result as
+    usual: on a moved head the replacement replays if the table there is
+    still ``based_on``, and is a ConflictError naming both versions otherwise.
     """
     uid = db._state(name).table.root.uid
-    return ReplaceTable(name, uid, table.root, based_on, base_version).apply(db)
+    op = ReplaceTable(name, uid, table.root, based_on, base_version, tuple(made))
+    return op.apply(db)

@@ -10,31 +10,39 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from datetime import datetime
 from types import TracebackType
 from typing import Any
 
-from merkle.blocks.cid import CID, DAG_CBOR
+from merkle.blocks.cid import CID
 from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
 from merkle.blocks.store import BlockStore
-from merkle.blocks.walk import walk_levels
+from merkle.blocks.walk import missing_below
 from merkle.db.database import Database, check_metadata
 from merkle.db.dbroot import DbRoot
 from merkle.db.readers import ReaderLeaseKeeper
-from merkle.db.writer import WriterSession
 from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError
-from merkle.refs import JournalConflictError, JournalEntry, Lease, LeaseManager, RefManager
+from merkle.refs import (
+    JournalConflictError,
+    JournalEntry,
+    LeaseManager,
+    RefManager,
+    WriterSession,
+    WriterTicket,
+    settle_passed_commit,
+)
 from merkle.storage.base import ObjectStore, open_store
 from merkle.tablets.store import DEFAULT_WORKERS, TableStore
 
 __all__ = ["Connection", "connect"]
 
+#: Attempts of a create that a collection's fence of a dropped journal got ahead of.
+_CREATE_ATTEMPTS = 8
+
 #: The lake's settings object, written once when the lake is first used.
 CONFIG_KEY = "config"
 CONFIG_TYPE = "merkle/lake"
-
-#: Writer leases last this long and are renewed while a commit runs.
-WRITER_LEASE_TTL = 120.0
 
 
 def _lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str, Any]:
@@ -81,8 +89,8 @@ class Connection:
         self.tables = TableStore(self.blocks, cache_bytes=cache_bytes, workers=workers)
         self.refs = RefManager(store)
         self.leases = LeaseManager(store)
-        self._writer = WriterSession(self.leases, ttl=WRITER_LEASE_TTL)
-        self._readers = ReaderLeaseKeeper(self.leases)
+        self._writer = WriterSession(self.leases)
+        self._readers = ReaderLeaseKeeper(self.leases, still_kept=self._still_kept)
         self._closed = False
 
     @property
@@ -115,9 +123,31 @@ class Connection:
 
     # -- leases ----------------------------------------------------------------------
 
-    def writer_lease(self, db: str | None = None) -> contextlib.AbstractContextManager[Lease]:
-        """Hold the connection's writer lease (shared, renewed, GC-aware) for a block."""
+    def _still_kept(self, db: str, version: int, root: str) -> bool:
+        """Whether the journal still holds ``db`` at ``version`` with ``root``."""
+        try:
+            return self.refs.get(db, version).root == root
+        except NotFoundError:
+            return False
+
+    def writer_lease(
+        self, db: str | None = None
+    ) -> contextlib.AbstractContextManager[WriterTicket]:
+        """Hold the connection's writer lease (shared, renewed, GC-aware) for one commit."""
         return self._writer.hold(db)
+
+    def _settle(self, ticket: WriterTicket, entry: JournalEntry) -> bool:
+        """After a journal put: False if no collection raced it; else settle it (True).
+
+        A collection that went on without ``ticket``'s lease may have trimmed
+        the slot the entry landed on or removed blocks it reaches: the entry
+        is checked (``CommitIndeterminateError`` if it cannot be proven) and
+        the caller must then write its blocks again (missing ones only).
+        """
+        if not self._writer.passed(ticket):
+            return False
+        settle_passed_commit(self.refs, self.leases, entry)
+        return True
 
     # -- databases -------------------------------------------------------------------
 
@@ -161,8 +191,12 @@ class Connection:
                 f"{head.version if head else '?'}) while this transaction ran on version "
                 f"{db.version}; its changes were not committed"
             )
-        newer = self.refs.history(db.name, limit=max(0, head.version - db.version))
-        if any(entry.dropped for entry in newer):
+        if head.created is not None and db.entry.created is not None:
+            recreated = head.created != db.entry.created
+        else:  # entries written before incarnations were recorded: read the history between
+            newer = self.refs.history(db.name, limit=max(0, head.version - db.version))
+            recreated = len(newer) < head.version - db.version or any(e.dropped for e in newer)
+        if recreated:
             raise ConflictError(
                 f"database {db.name!r} was dropped and created again by concurrent commits "
                 f"(now at version {head.version}) while this transaction ran on version "
@@ -253,15 +287,32 @@ class Connection:
                 )
             return self._clone(name, root, message, author)
         check_metadata(metadata, f"metadata of database {name!r}")
-        with self.writer_lease(name) as lease:
-            cid = self.blocks.put_node(DbRoot({}, metadata).to_node(), refresh_before=lease.start)
-            try:
-                entry = self.refs.commit(name, None, str(cid), message=message, author=author)
-            except JournalConflictError:
-                raise UsageError(
-                    f"database {name!r} was created by another writer just now"
-                ) from None
+        node = DbRoot({}, metadata).to_node()
+        with self.writer_lease(name) as ticket:
+            cid = self.blocks.put_node(node, refresh_before=ticket.lease.start)
+            entry = self._create_entry(
+                name, lambda: self.refs.commit(name, None, str(cid), message=message, author=author)
+            )
+            raced = self._settle(ticket, entry)
+        if raced:
+            with self.writer_lease(name) as again:
+                self.blocks.put_node(node, refresh_before=again.lease.start)
         return self._database(entry)
+
+    def _create_entry(self, name: str, create: Callable[[], JournalEntry]) -> JournalEntry:
+        """Run ``create`` (entry 0, or the entry after a drop); UsageError if another won.
+
+        A garbage collection may fence a dropped database's journal (an entry
+        that drops it again) in between: that is no creation, so try again.
+        """
+        for _ in range(_CREATE_ATTEMPTS):
+            try:
+                return create()
+            except JournalConflictError:
+                head = self.refs.head(name)
+                if head is None or not head.dropped or not head.fence:
+                    break
+        raise UsageError(f"database {name!r} was created by another writer just now")
 
     def _clone(
         self, name: str, root: Database | str, message: str | None, author: str | None
@@ -283,40 +334,48 @@ class Connection:
         else:  # reject a bad root before any lease is written
             cid = CID.parse(root)
             DbRoot.from_node(self.blocks.get_node(cid), cid)
-        with self.writer_lease(name):
-            try:
-                if isinstance(root, Database):
-                    self.refs.get(root.name, root.version)
-                    entry = self.refs.clone(
-                        root.name, name, root.version, message=message, author=author
-                    )
-                else:
-                    self._check_whole(cid)
-                    entry = self.refs.commit(
+        with self.writer_lease(name) as ticket:
+            if isinstance(root, Database):
+                self.refs.get(root.name, root.version)
+                source = root
+                entry = self._create_entry(
+                    name,
+                    lambda: self.refs.clone(
+                        source.name, name, source.version, message=message, author=author
+                    ),
+                )
+            else:
+                self._check_whole(cid)
+                entry = self._create_entry(
+                    name,
+                    lambda: self.refs.commit(
                         name,
                         None,
                         str(cid),
                         meta={"cloned_root": str(cid)},
                         message=message,
                         author=author,
-                    )
-            except JournalConflictError:
-                raise UsageError(
-                    f"database {name!r} was created by another writer just now"
-                ) from None
+                    ),
+                )
+            raced = self._settle(ticket, entry)
+        if raced:
+            assert entry.root is not None
+            try:
+                self._check_whole(CID.parse(entry.root))
+            except NotFoundError:
+                # A collection went on without this (stalled) writer and removed the
+                # source's blocks after they were checked: take the clone back.
+                self.refs.drop(name, entry.version, message="clone rolled back: blocks gone")
+                raise
         return self._database(entry)
 
     def _check_whole(self, root: CID) -> None:
         """NotFoundError unless every block ``root`` reaches is stored."""
-        for level in walk_levels(self.blocks, [root], set(), use_cache=False):
-            leaves = [cid for cid in level if cid.codec != DAG_CBOR]
-            present = self.store.map_bulk(self.blocks.has, leaves)
-            for cid, ok in zip(leaves, present, strict=True):
-                if not ok:
-                    raise NotFoundError(
-                        f"cannot clone root {root}: block {cid} it reaches is missing "
-                        "(garbage-collected?)"
-                    )
+        lost = missing_below(self.blocks, [root])
+        if lost is not None:
+            raise NotFoundError(
+                f"cannot clone root {root}: block {lost} it reaches is missing (garbage-collected?)"
+            )
 
     def drop_db(
         self, name: str, *, message: str | None = None, author: str | None = None
@@ -325,7 +384,10 @@ class Connection:
         head = self.refs.head(name)
         if head is None or head.root is None:
             raise NotFoundError(f"there is no live database {name!r} in {self.uri} to drop")
-        return self.refs.drop(name, message=message, author=author)
+        with self.writer_lease(name) as ticket:
+            entry = self.refs.drop(name, message=message, author=author)
+            self._settle(ticket, entry)
+        return entry
 
 
 def connect(

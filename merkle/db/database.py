@@ -40,7 +40,7 @@ from merkle.db.ops import (
 from merkle.db.readers import ReaderLease
 from merkle.db.staging import StagedBlocks
 from merkle.errors import ConflictError, MerkleError, NotFoundError, UsageError
-from merkle.refs import JournalConflictError, JournalEntry, Lease
+from merkle.refs import JournalConflictError, JournalEntry, WriterTicket
 from merkle.tablets.batch import BatchContent, fold
 from merkle.tablets.keys import KeyCodec, infer_key_codec_arrow
 from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
@@ -195,7 +195,8 @@ class Database:
     @property
     def leased(self) -> bool:
         """Whether a reader lease keeps this value's version from garbage collection."""
-        return self._reader is not None and not self._reader.released
+        reader = self._reader
+        return reader is not None and not reader.released and reader.lapsed is None
 
     def release(self) -> None:
         """Give up the reader lease of ``open_db(..., lease=True)`` (no-op without one)."""
@@ -226,6 +227,8 @@ class Database:
 
     def _state(self, name: str) -> _TableState:
         check_table_name(name)
+        if self._reader is not None:
+            self._reader.check()  # a lapsed lease no longer protects what is read
         if name in self._tables:
             state = self._tables[name]
             if state is None:
@@ -506,6 +509,7 @@ class Database:
         state = self._state(table)
         cids = [CID.parse(t) for t in tablet_ids]
         built = state.table.build_from(cids)
+        self._staging.add_foreign(cids)  # proven stored at commit, under the writer lease
         op = BuildTable(
             table, built.root.uid, [str(c) for c in cids], self._table_root(table) or ""
         )
@@ -572,7 +576,7 @@ class Database:
         author: str | None = None,
         *,
         rebase: bool = True,
-        lease: Lease | None = None,
+        ticket: WriterTicket | None = None,
     ) -> Database:
         """Make this value's changes the database's next version; the committed value.
 
@@ -580,38 +584,47 @@ class Database:
         changes are replayed on the new head and committed again (``rebase``);
         with ``rebase=False`` any concurrent commit is a ``ConflictError``. A
         value without changes is returned as it is; committing the same value
-        again returns the version its first commit made. ``lease``: a writer
-        lease the caller has held since it wrote the first block this commit
-        names (a bulk job's), used instead of the connection's own, so that a
-        collection waiting for that lease does not also block the commit.
+        again returns the version its first commit made. ``ticket``: the writer
+        lease (and the GC lock generation it began under) that the caller has
+        held since it wrote the first block this commit names, a bulk job's,
+        used instead of the connection's own, so that a collection waiting for
+        that lease cannot also block the commit.
         """
         if not self._ops:
             return self
         if self._committed is not None:
             return self._committed  # committing the same value twice makes one version
         db = self
+        conn = self._conn
         for attempt in range(MAX_COMMIT_ATTEMPTS):
             root = db._save_root()
-            held = nullcontext(lease) if lease is not None else self._conn.writer_lease()
-            with held as writing:
-                db._staging.flush_reachable([root], refresh_before=writing.start)
-                self._conn.leases.ensure_valid(writing)
+            conflict: ConflictError | None = None
+            raced = False
+            held = nullcontext(ticket) if ticket is not None else conn.writer_lease()
+            with held as using:
+                db._staging.flush_reachable([root], refresh_before=using.lease.start)
+                conn.leases.ensure_valid(using.lease)
                 try:
-                    entry = self._conn.refs.commit(
+                    entry = conn.refs.commit(
                         db.name, db.version, str(root), author=author, message=message
                     )
                 except JournalConflictError as exc:
-                    conflict: ConflictError = exc
+                    conflict = exc
                 else:
-                    self._committed = self._conn._database(entry)
-                    return self._committed
+                    raced = conn._settle(using, entry)
+            if conflict is None:
+                if raced:  # a collection may have removed blocks it could not see we need
+                    with conn.writer_lease() as again:
+                        db._staging.flush_reachable([root], refresh_before=again.lease.start)
+                self._committed = conn._database(entry)
+                return self._committed
             if not rebase:
                 raise ConflictError(
                     f"database {db.name!r} moved on from version {db.version} while this "
                     f"transaction ran ({conflict}); commit(rebase=False) does not replay: "
                     "open the database again and redo the changes"
                 ) from conflict
-            db = db._replay(self._conn._head_for_replay(db))
+            db = db._replay(conn._head_for_replay(db))
             time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 50)))  # jittered backoff
         raise ConflictError(
             f"gave up committing to database {self.name!r} after {MAX_COMMIT_ATTEMPTS} "

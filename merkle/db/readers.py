@@ -5,18 +5,33 @@ the version's root, so garbage collection keeps every block of that version
 while the value (or any value derived from it) is in use, even when
 retention no longer keeps the version. One thread per connection renews all
 held leases; a lease is released by ``Database.release()``, by leaving a
-``with`` block, or when the last value holding it is garbage-collected.
+``with`` block, when the last value holding it is garbage-collected, or at
+interpreter exit.
+
+A lease that could not be renewed in time (the store failed, the process
+stalled) is never silently trusted: the keeper takes a new lease and checks
+that the version's entry is still in the journal (a collection that trimmed
+it may have freed its blocks in between); if that fails the handle is
+*lapsed*, and the next read of the value raises :class:`LeaseExpiredError`.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import threading
 import weakref
+from collections.abc import Callable
 
-from merkle.refs import Lease, LeaseManager
+from merkle.errors import MerkleError
+from merkle.refs import Lease, LeaseExpiredError, LeaseManager
 
 __all__ = ["ReaderLease", "ReaderLeaseKeeper"]
+
+_KEEPERS: weakref.WeakSet[ReaderLeaseKeeper] = weakref.WeakSet()
+
+#: ``still_kept(db, version, root)``: whether the journal still holds that version.
+StillKept = Callable[[str, int, str], bool]
 
 
 class ReaderLease:
@@ -25,6 +40,7 @@ class ReaderLease:
     def __init__(self, keeper: ReaderLeaseKeeper, lease: Lease) -> None:
         self._box = [lease]  # the current lease; renewals replace it
         self._keeper = keeper
+        self.lapsed: str | None = None  # why the lease can no longer be relied on
         self._finalizer = weakref.finalize(self, keeper._release_box, self._box)
 
     @property
@@ -39,24 +55,43 @@ class ReaderLease:
         """Give the lease up (idempotent)."""
         self._finalizer()
 
+    def check(self) -> None:
+        """Raise :class:`LeaseExpiredError` if the lease lapsed (see the module doc)."""
+        if self.lapsed is not None:
+            lease = self.lease
+            raise LeaseExpiredError(
+                f"the reader lease on database {lease.db!r} version {lease.version} lapsed "
+                f"({self.lapsed}); garbage collection may have removed blocks of that "
+                "version: open it again (a version retention no longer keeps may be gone)"
+            )
+
 
 class ReaderLeaseKeeper:
     """Grants reader leases and keeps the live ones renewed."""
 
-    def __init__(self, leases: LeaseManager, *, ttl: float = 60.0) -> None:
+    def __init__(
+        self,
+        leases: LeaseManager,
+        *,
+        ttl: float = 60.0,
+        still_kept: StillKept | None = None,
+    ) -> None:
         self.leases = leases
         self.ttl = ttl
+        self._still_kept = still_kept
         self._held: weakref.WeakSet[ReaderLease] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set on release and close: look again now
         self._thread: threading.Thread | None = None
+        _KEEPERS.add(self)
 
     def hold(self, db: str, version: int, root: str) -> ReaderLease:
         """A new reader lease on ``db`` at ``version`` (whose root is ``root``)."""
         handle = ReaderLease(self, self.leases.acquire_reader(db, version, root, self.ttl))
         with self._lock:
             self._held.add(handle)
-            if self._thread is None or not self._thread.is_alive():
+            if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._renew_loop, name="merkle-reader-leases", daemon=True
                 )
@@ -66,23 +101,78 @@ class ReaderLeaseKeeper:
     def _release_box(self, box: list[Lease]) -> None:
         with contextlib.suppress(Exception):
             self.leases.release(box[0])
+        self._wake.set()
 
     def _renew_loop(self) -> None:
-        while not self._stop.wait(self.ttl / 4):
-            with self._lock:
-                handles = [h for h in self._held if not h.released]
-            if not handles:
+        while True:
+            self._wake.wait(self.ttl / 4)
+            self._wake.clear()
+            if self._stop.is_set():
+                with self._lock:
+                    self._thread = None
                 return
+            with self._lock:
+                handles = [h for h in self._held if not h.released and h.lapsed is None]
+                if not handles:
+                    self._thread = None  # decided under the lock: hold() starts a new one
+                    return
             for handle in handles:
-                with contextlib.suppress(Exception):
-                    handle._box[0] = self.leases.renew(handle._box[0], self.ttl)
+                self.renew(handle)
+
+    def renew(self, handle: ReaderLease) -> None:
+        """Renew one lease; recover it with a new one if it lapsed, or mark it lapsed."""
+        lease = handle.lease
+        try:
+            handle._box[0] = self.leases.renew(lease, self.ttl)
+            return
+        except LeaseExpiredError as exc:
+            reason = str(exc)
+        except MerkleError as exc:
+            if self.leases.is_valid(lease):
+                return  # a failed renewal of a lease still valid: try again next round
+            reason = f"renewing it failed: {exc}"
+        self._recover(handle, lease, reason)
+
+    def _recover(self, handle: ReaderLease, lease: Lease, reason: str) -> None:
+        assert lease.db is not None
+        assert lease.version is not None
+        assert lease.root is not None
+        try:
+            fresh = self.leases.acquire_reader(lease.db, lease.version, lease.root, self.ttl)
+        except MerkleError as exc:
+            handle.lapsed = f"{reason}; a new lease could not be taken: {exc}"
+            return
+        # Lease first, then check the version is still kept (as open_db does).
+        try:
+            kept = self._still_kept is not None and self._still_kept(
+                lease.db, lease.version, lease.root
+            )
+        except MerkleError:
+            kept = False
+        if not kept:
+            self._release_box([fresh])
+            handle.lapsed = f"{reason}; the version is no longer in the journal"
+            return
+        self._release_box([lease])
+        handle._box[0] = fresh
 
     def close(self) -> None:
         """Release every held lease and stop renewing."""
         self._stop.set()
+        self._wake.set()
         with self._lock:
             handles = list(self._held)
+            thread = self._thread
         for handle in handles:
             handle.release()
-        if self._thread is not None:
-            self._thread.join()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+
+def _release_all() -> None:
+    """At interpreter exit: give up every held reader lease."""
+    for keeper in list(_KEEPERS):
+        keeper.close()
+
+
+atexit.register(_release_all)

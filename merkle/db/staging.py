@@ -6,6 +6,14 @@ staged blocks reachable from the new root are written, concurrently and
 durably, under the writer lease, before the journal entry that names them.
 Intermediate blocks (batches merged away within the transaction) never
 reach storage.
+
+A new root also links blocks it did not stage. Those of the version the
+transaction is based on need no check: the commit's compare-and-set succeeds
+only while that version is the head, which every collection keeps (and a
+collection that goes on without this writer fences it off first). Blocks
+taken from anywhere else (``build_table``'s tablets) are registered as
+*foreign*, and the commit proves, under its writer lease, that every block
+they reach is stored: a cost proportional to what is linked from outside.
 """
 
 from __future__ import annotations
@@ -18,7 +26,8 @@ from typing import Any
 from merkle.blocks.cid import CID, DAG_CBOR, codec_code
 from merkle.blocks.codec import decode_node, iter_links
 from merkle.blocks.store import BlockStore
-from merkle.errors import UsageError
+from merkle.blocks.walk import missing_below
+from merkle.errors import NotFoundError, UsageError
 from merkle.storage.base import ObjectInfo
 
 __all__ = ["StagedBlocks"]
@@ -32,6 +41,7 @@ class StagedBlocks(BlockStore):
         self.base = base
         self.node_cache = base.node_cache  # keyed by CID: safe to share
         self._staged: dict[CID, bytes] = {}
+        self._foreign: set[CID] = set()
         self._lock = threading.Lock()
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -79,10 +89,16 @@ class StagedBlocks(BlockStore):
             return ObjectInfo(self.key(cid), len(data), time.time())
         return self.base.stat(cid)
 
-    def reachable(self, roots: Sequence[CID]) -> list[tuple[CID, bytes]]:
-        """The staged blocks reachable from ``roots`` (links into the lake are not followed)."""
+    def add_foreign(self, cids: Iterable[CID]) -> None:
+        """Register blocks that this transaction links but took from outside its base version."""
+        with self._lock:
+            self._foreign.update(cids)
+
+    def reachable(self, roots: Sequence[CID]) -> tuple[list[tuple[CID, bytes]], list[CID]]:
+        """The staged blocks reachable from ``roots``, and the foreign blocks they link."""
         seen: set[CID] = set()
         found: list[tuple[CID, bytes]] = []
+        foreign: list[CID] = []
         stack = list(roots)
         while stack:
             cid = stack.pop()
@@ -91,17 +107,34 @@ class StagedBlocks(BlockStore):
             seen.add(cid)
             data = self._staged.get(cid)
             if data is None:
+                if cid in self._foreign:
+                    foreign.append(cid)
                 continue  # already in the lake
             found.append((cid, data))
             if cid.codec == DAG_CBOR:
                 node = self.node_cache.get(cid.bytes)
                 stack.extend(iter_links(node if node is not None else decode_node(data)))
-        return found
+        return found, foreign
 
     def flush_reachable(self, roots: Sequence[CID], *, refresh_before: float | None) -> int:
-        """Write the staged blocks reachable from ``roots`` to the lake; how many were written."""
-        blocks = self.reachable(roots)
+        """Write the staged blocks ``roots`` reach, and prove the foreign ones stored.
+
+        Returns how many staged blocks there were. Blocks already stored are
+        not written again (a missing one is: this also repairs a version
+        whose blocks a collection raced). Raises :class:`NotFoundError` naming
+        a block a foreign link reaches that the lake no longer holds.
+        """
+        blocks, foreign = self.reachable(roots)
         if blocks:
             # Hashed when staged (put_many above): no second pass over the bytes.
             self.base.put_hashed(blocks, refresh_before=refresh_before)
+        if foreign:
+            lost = missing_below(self.base, foreign)
+            if lost is not None:
+                raise NotFoundError(
+                    f"block {lost} is missing from {self.base.store.uri}: this transaction "
+                    "links it (through tablets taken from another version, e.g. by "
+                    "build_table) and garbage collection has removed it; nothing was "
+                    "committed: build the tablets again from a version that is kept"
+                )
         return len(blocks)

@@ -71,6 +71,12 @@ class GCReport:
     nodes_read: int = 0
     reader_leases: int = 0
     writer_leases_waited: int = 0
+    writer_leases_passed: list[str] = field(default_factory=list)  # gone on without them
+    fences: int = 0  # fence entries appended so passed writers cannot commit on old views
+    blocks_rechecked_spared: int = 0  # candidates found missing or refreshed just before delete
+    temporaries_removed: int = 0  # crash leftovers (temp files) older than the grace period
+    temporary_bytes_removed: int = 0
+    notes: list[str] = field(default_factory=list)  # harmless oddities (e.g. a HEAD hint ahead)
     sweep_skipped: str | None = None  # why nothing was deleted, when writers outlived the wait
     databases: dict[str, DatabaseReport] = field(default_factory=dict)
     phases: dict[str, float] = field(default_factory=dict)
@@ -95,6 +101,18 @@ class GCReport:
                 f"  {name}: {state}, {db.versions_kept} versions kept, "
                 f"{db.versions_trimmed} {'to trim' if self.dry_run else 'trimmed'}"
             )
+        if self.writer_leases_passed:
+            lines.append(
+                f"went on without {len(self.writer_leases_passed)} writer lease(s) that did "
+                f"not end in time (fenced {self.fences} journal(s) so they cannot commit on "
+                "what was swept)"
+            )
+        if self.temporaries_removed:
+            lines.append(
+                f"removed {self.temporaries_removed:,} leftover temporary file(s) "
+                f"({_size(self.temporary_bytes_removed)})"
+            )
+        lines.extend(f"note: {note}" for note in self.notes)
         phases = ", ".join(f"{k} {v:.2f}s" for k, v in self.phases.items())
         lines.append(f"time: {phases}")
         return "\n".join(lines)
@@ -133,13 +151,15 @@ class VerifyReport:
     versions_checked: int = 0
     missing: list[tuple[str, str]] = field(default_factory=list)  # (cid, where)
     corrupt: list[tuple[str, str]] = field(default_factory=list)
+    journals_damaged: list[tuple[str, str]] = field(default_factory=list)  # (db, problem)
+    notes: list[str] = field(default_factory=list)
     unreachable_blocks: int | None = None  # None when only one database was checked
     unreachable_bytes: int | None = None
 
     @property
     def ok(self) -> bool:
-        """True when no reachable block is missing or corrupt."""
-        return not self.missing and not self.corrupt
+        """True when no journal is damaged and no reachable block is missing or corrupt."""
+        return not self.missing and not self.corrupt and not self.journals_damaged
 
     def summary(self) -> str:
         lines = [
@@ -148,9 +168,13 @@ class VerifyReport:
             + (
                 "no damage"
                 if self.ok
-                else f"{len(self.missing)} missing, {len(self.corrupt)} corrupt"
+                else f"{len(self.missing)} missing, {len(self.corrupt)} corrupt, "
+                f"{len(self.journals_damaged)} journal problem(s)"
             )
         ]
+        for db, problem in self.journals_damaged[:20]:
+            lines.append(f"  journal of {db!r} damaged: {problem}")
+        lines.extend(f"  note: {note}" for note in self.notes[:20])
         for cid, where in self.missing[:20]:
             lines.append(f"  missing {cid} (from {where})")
         for cid, where in self.corrupt[:20]:

@@ -3,7 +3,10 @@
 Unlike marking, verification fetches raw blocks too: every byte reachable
 from a journal entry is read and hashed against its CID. Missing and corrupt
 blocks are reported with the version that reaches them; with no database
-named, blocks no version reaches are counted (GC frees them).
+named, blocks no version reaches are counted (GC frees them). Every journal
+is audited first (``merkle.refs.audit``): a gap, a retention marker above
+the head or entries mixed from different copies are damage, reported with
+the blocks; harmless oddities (a HEAD hint ahead of the journal) are notes.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from merkle.blocks.codec import decode_node, iter_links
 from merkle.errors import IntegrityError, MerkleError, NotFoundError
 from merkle.gc.collect import Progress, journal_names
 from merkle.gc.report import VerifyReport
+from merkle.refs import audit_journal
 
 if TYPE_CHECKING:
     from merkle.db.connection import Connection
@@ -36,7 +40,10 @@ def verify(
     seen: set[bytes] = set()
     frontier: list[tuple[CID, str]] = []
     for name in names:
-        for entry in conn.refs.history(name):
+        audit = audit_journal(conn.refs, name)
+        report.journals_damaged.extend((name, problem) for problem in audit.problems)
+        report.notes.extend(f"{name!r}: {note}" for note in audit.notes)
+        for entry in reversed(audit.entries):
             report.versions_checked += 1
             if entry.root is not None:
                 cid = CID.parse(entry.root)

@@ -6,6 +6,7 @@ alone: :class:`RefManager` commits and reads database versions,
 See ``doc/refs.md`` for the formats and protocols.
 """
 
+from merkle.refs.audit import JournalAudit, JournalDamagedError, audit_journal
 from merkle.refs.entry import JournalEntry
 from merkle.refs.errors import (
     JournalConflictError,
@@ -17,12 +18,15 @@ from merkle.refs.gclock import GCLock, LockState, WritersBusyError
 from merkle.refs.journal import RefManager
 from merkle.refs.leases import DEFAULT_SKEW_MARGIN, DEFAULT_WRITER_WAIT, Lease, LeaseManager
 from merkle.refs.names import check_db_name
+from merkle.refs.writer import WriterSession, WriterTicket, settle_passed_commit
 
 __all__ = [
     "DEFAULT_SKEW_MARGIN",
     "DEFAULT_WRITER_WAIT",
     "GCLock",
+    "JournalAudit",
     "JournalConflictError",
+    "JournalDamagedError",
     "JournalEntry",
     "JournalIndeterminateError",
     "Lease",
@@ -31,6 +35,10 @@ __all__ = [
     "LockHeldError",
     "LockState",
     "RefManager",
+    "WriterSession",
+    "WriterTicket",
     "WritersBusyError",
+    "audit_journal",
     "check_db_name",
+    "settle_passed_commit",
 ]

@@ -5,21 +5,32 @@ map::
 
     {type: "merkle/journal-entry", v: 1, db, version: n, root: link | null,
      parent: n-1 | null, time: microseconds since the epoch (UTC),
-     author, message, meta: {...}, forked_from: {db, version} | null}
+     author, message, meta: {...}, forked_from: {db, version} | null,
+     prev: bytes (SHA-256 of entry n-1's stored bytes) | absent,
+     created: version of this incarnation's create entry | absent}
 
-Trimming replaces an entry with a small tombstone at the same key::
+``prev`` chains each entry to the exact bytes of its parent, so a writer can
+prove that a later entry was built on its own (see ``doc/refs.md``, "Trimming
+and stalled writers"). ``created`` names the entry that created this
+incarnation of the database (a drop and a create start a new one), so a
+transaction can tell that its database was dropped and created again even
+after retention trimmed the entries between. Entries written before these
+fields existed have neither.
+
+Lakes written by older versions replaced trimmed entries with a tombstone::
 
     {type: "merkle/journal-trimmed", v: 1, db, version: n, time}
 
-so a slot once used is never free again (see ``doc/refs.md``: a slot that
-could be created a second time would let a stalled writer fork the journal).
-Every decode checks the type, format version, database and version number
-against the key, so a misplaced or damaged object is an :class:`IntegrityError`
+Trimming now deletes them instead (below the retention floor, which is
+raised first); readers still accept tombstones where they find them. Every
+decode checks the type, format version, database and version number against
+the key, so a misplaced or damaged object is an :class:`IntegrityError`
 naming its key, never a wrong answer.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -37,6 +48,7 @@ __all__ = [
     "decode_slot",
     "encode_entry",
     "encode_trimmed",
+    "entry_digest",
     "entry_key",
     "from_micros",
     "head_key",
@@ -60,7 +72,12 @@ class JournalEntry:
     ``root`` is the CID string of the database root block, or None for a
     drop. ``parent`` is the previous entry's version (None for entry 0).
     ``time`` is tz-aware UTC and never earlier than the parent's time.
-    ``forked_from`` is ``{"db": name, "version": n}`` for a clone.
+    ``forked_from`` is ``{"db": name, "version": n}`` for a clone. ``prev``
+    is the digest of the parent entry's stored bytes (None on entry 0 and on
+    entries written before digests existed); ``created`` is the version that
+    created this incarnation of the database (None on old entries);
+    ``digest`` is this entry's own (set when it was decoded from its stored
+    bytes).
     """
 
     db: str
@@ -72,11 +89,20 @@ class JournalEntry:
     message: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     forked_from: dict[str, Any] | None = None
+    prev: bytes | None = None
+    created: int | None = None
+    digest: bytes | None = field(default=None, compare=False, repr=False)
 
     @property
     def dropped(self) -> bool:
         """Whether this entry drops the database (its root is null)."""
         return self.root is None
+
+    @property
+    def fence(self) -> bool:
+        """Whether garbage collection wrote this entry to fence off stalled writers."""
+        marker = self.meta.get("merkle")
+        return isinstance(marker, dict) and "fence" in marker
 
     def __hash__(self) -> int:
         return hash((self.db, self.version, self.root, self.time))
@@ -148,23 +174,31 @@ def from_micros(micros: int) -> datetime:
 # -- encoding --------------------------------------------------------------------
 
 
+def entry_digest(data: bytes) -> bytes:
+    """The digest a child entry records as ``prev``: SHA-256 of the stored bytes."""
+    return hashlib.sha256(data).digest()
+
+
 def encode_entry(entry: JournalEntry) -> bytes:
     """The stored bytes of ``entry`` (deterministic DAG-CBOR)."""
-    return encode_node(
-        {
-            "type": ENTRY_TYPE,
-            "v": NODE_VERSION,
-            "db": entry.db,
-            "version": entry.version,
-            "root": None if entry.root is None else CID.parse(entry.root),
-            "parent": entry.parent,
-            "time": to_micros(entry.time),
-            "author": entry.author,
-            "message": entry.message,
-            "meta": entry.meta,
-            "forked_from": entry.forked_from,
-        }
-    )
+    node: dict[str, Any] = {
+        "type": ENTRY_TYPE,
+        "v": NODE_VERSION,
+        "db": entry.db,
+        "version": entry.version,
+        "root": None if entry.root is None else CID.parse(entry.root),
+        "parent": entry.parent,
+        "time": to_micros(entry.time),
+        "author": entry.author,
+        "message": entry.message,
+        "meta": entry.meta,
+        "forked_from": entry.forked_from,
+    }
+    if entry.prev is not None:
+        node["prev"] = entry.prev
+    if entry.created is not None:
+        node["created"] = entry.created
+    return encode_node(node)
 
 
 def encode_trimmed(entry: JournalEntry | TrimmedEntry) -> bytes:
@@ -253,6 +287,12 @@ def decode_slot(data: bytes, key: str, db: str, version: int | None) -> JournalE
         inner = _Fields(forked, key)
         inner.get("db", str)
         inner.get("version", int)
+    prev = fields.get("prev", bytes, optional=True) if "prev" in node else None
+    if prev is not None and (len(prev) != 32 or parent is None):
+        raise fields.fail(f"field 'prev' holds {len(prev)} bytes on version {found}")
+    created = fields.get("created", int, optional=True) if "created" in node else None
+    if created is not None and not 0 <= created <= found:
+        raise fields.fail(f"field 'created' names version {created} on version {found}")
     return JournalEntry(
         db=db,
         version=found,
@@ -263,4 +303,7 @@ def decode_slot(data: bytes, key: str, db: str, version: int | None) -> JournalE
         message=fields.get("message", str, optional=True),
         meta=fields.get("meta", dict),
         forked_from=forked,
+        prev=prev,
+        created=created,
+        digest=entry_digest(data),
     )

@@ -12,7 +12,17 @@ again by a stalled taker, every taker checks after creating its generation
 that none newer exists, and gives way if one does.
 
 Writers look at the newest generation too (see :mod:`merkle.refs.leases`):
-while it is held, no new writer lease is granted.
+while it is held, no new writer lease is granted. A collector that goes on
+without waiting for some writer leases records their ids in its generation
+(``passed``) before it deletes anything, so a writer can tell afterwards
+whether its commit raced a sweep (see :mod:`merkle.refs.writer`).
+
+A generation that cannot be decoded (a torn or foreign object) does not
+stop the lake: it counts as held until its modification time plus
+:data:`DAMAGED_LOCK_TTL`, then as expired, so the next collector replaces
+it. ``break_gc_lock`` (``merkle gc --break-lock``) takes a new generation at
+once, whatever the holder's expiry; the old holder sees the newer generation
+before its next destructive step and stops.
 """
 
 from __future__ import annotations
@@ -33,11 +43,13 @@ if TYPE_CHECKING:
     from merkle.refs.leases import Lease
 
 __all__ = [
+    "DAMAGED_LOCK_TTL",
     "LOCK_PREFIX",
     "GCLock",
     "LockState",
     "WritersBusyError",
     "acquire_gc_lock",
+    "break_gc_lock",
     "lock_key",
     "read_lock",
 ]
@@ -45,6 +57,8 @@ __all__ = [
 LOCK_PREFIX = "gc/lock/"
 LOCK_TYPE = "merkle/gc-lock"
 _DIGITS = 20
+#: Seconds an undecodable lock generation counts as held after it was written.
+DAMAGED_LOCK_TTL = 60.0
 
 
 class WritersBusyError(LockHeldError):
@@ -60,6 +74,8 @@ class LockState:
     start: float
     expires: float
     released: bool = False
+    passed: tuple[str, ...] = ()  # writer lease ids the holder went on without
+    damaged: bool = False  # read from an object that does not decode
 
     @property
     def key(self) -> str:
@@ -76,17 +92,18 @@ def lock_key(generation: int) -> str:
 
 
 def _encode(state: LockState) -> bytes:
-    return encode_node(
-        {
-            "type": LOCK_TYPE,
-            "v": NODE_VERSION,
-            "generation": state.generation,
-            "holder": state.holder,
-            "start": float(state.start),
-            "expires": float(state.expires),
-            "released": state.released,
-        }
-    )
+    node = {
+        "type": LOCK_TYPE,
+        "v": NODE_VERSION,
+        "generation": state.generation,
+        "holder": state.holder,
+        "start": float(state.start),
+        "expires": float(state.expires),
+        "released": state.released,
+    }
+    if state.passed:
+        node["passed"] = list(state.passed)
+    return encode_node(node)
 
 
 def _decode(data: bytes, key: str, generation: int) -> LockState:
@@ -117,8 +134,16 @@ def _decode(data: bytes, key: str, generation: int) -> LockState:
     for name, ok in checks.items():
         if name not in node or not ok(node[name]):
             raise damaged(f"field {name!r} is missing or holds {node.get(name)!r}")
+    passed = node.get("passed", [])
+    if not isinstance(passed, list) or not all(isinstance(p, str) for p in passed):
+        raise damaged(f"field 'passed' holds {passed!r}")
     return LockState(
-        node["generation"], node["holder"], node["start"], node["expires"], node["released"]
+        node["generation"],
+        node["holder"],
+        node["start"],
+        node["expires"],
+        node["released"],
+        tuple(passed),
     )
 
 
@@ -132,16 +157,48 @@ def _generations(store: ObjectStore) -> builtins.list[int]:
 
 
 def read_lock(store: ObjectStore) -> LockState | None:
-    """The newest generation of the GC lock (held or not), or None if none exists."""
+    """The newest generation of the GC lock (held or not), or None if none exists.
+
+    A generation that does not decode is returned as ``damaged``, held until
+    its modification time plus :data:`DAMAGED_LOCK_TTL` (see the module doc).
+    """
     while True:
         generations = _generations(store)
         if not generations:
             return None
-        key = lock_key(generations[-1])
+        state = read_generation(store, generations[-1])
+        if state is not None:
+            return state
+        # cleaned up by a newer holder just now: look again
+
+
+def read_generation(store: ObjectStore, generation: int) -> LockState | None:
+    """Generation ``generation`` of the lock; None if it no longer exists."""
+    key = lock_key(generation)
+    try:
+        data = store.get(key)
+    except NotFoundError:
+        return None
+    try:
+        return _decode(data, key, generation)
+    except IntegrityError:
         try:
-            return _decode(store.get(key), key, generations[-1])
+            written = store.stat(key).mtime
         except NotFoundError:
-            continue  # cleaned up by a newer holder just now: look again
+            return None
+        return LockState(
+            generation,
+            f"an unreadable lock object {key!r}",
+            written,
+            written + DAMAGED_LOCK_TTL,
+            damaged=True,
+        )
+
+
+def newest_generation(store: ObjectStore) -> int:
+    """The number of the newest lock generation, -1 if the lake never had a GC lock."""
+    generations = _generations(store)
+    return generations[-1] if generations else -1
 
 
 class GCLock:
@@ -203,6 +260,18 @@ class GCLock:
         self.store.put(state.key, _encode(state))
         self.state = state
 
+    def record_passed(self, lease_ids: Sequence[str]) -> None:
+        """Record (durably) the writer leases this holder goes on without.
+
+        Called before the first destructive step that such a writer could
+        race; a writer whose commit landed meanwhile finds its lease here and
+        re-checks its commit (see :mod:`merkle.refs.writer`).
+        """
+        self.ensure_held()
+        state = replace(self.state, passed=tuple(sorted({*self.state.passed, *lease_ids})))
+        self.store.put(state.key, _encode(state))
+        self.state = state
+
     def release(self) -> None:
         """Give the lock up (idempotent; a lock already taken over is left alone)."""
         if self.state.released:
@@ -213,20 +282,27 @@ class GCLock:
             self.store.put(state.key, _encode(state))
         self.state = state
 
-    def wait_for_writers(self, timeout: float) -> None:
+    def wait_for_writers(
+        self, timeout: float, notify: Callable[[Sequence[Lease]], None] | None = None
+    ) -> None:
         """Wait until no writer lease is live, up to ``timeout`` seconds.
 
         Writers that register after the lock is visible withdraw at once, so
         in effect this waits for the writers that started before the lock
-        to commit, release or expire (counting the skew margin). Raises
-        :class:`WritersBusyError` naming them when the time is up.
+        to commit, release or expire (counting the skew margin). ``notify``
+        is called with the leases waited for whenever that set changes.
+        Raises :class:`WritersBusyError` naming them when the time is up.
         """
         timeout = self._timing.check_timeout(timeout, "the writer wait timeout")
         deadline = self._timing.now() + timeout
+        told: set[str] = set()
         while True:
             writers = self._live_writers()
             if not writers:
                 return
+            if notify is not None and {w.id for w in writers} != told:
+                told = {w.id for w in writers}
+                notify(writers)
             if self._timing.now() >= deadline:
                 names = ", ".join(f"{lease.id} ({lease.holder})" for lease in writers[:5])
                 raise WritersBusyError(
@@ -270,9 +346,10 @@ def acquire_gc_lock(
             if timing.now() >= deadline:
                 raise LockHeldError(
                     f"the GC lock is held by {current.holder} (generation "
-                    f"{current.generation}) until {current.expires:.3f} plus a "
+                    f"{current.generation}) until {timing.describe(current.expires)} plus a "
                     f"{timing.margin:g}s skew margin; another garbage collection is running: "
-                    "retry later",
+                    "retry later, or break the lock with `merkle gc --break-lock` if that "
+                    "collector is surely gone",
                     holder=current.holder,
                     expires=current.expires,
                 )
@@ -291,3 +368,21 @@ def acquire_gc_lock(
             continue
         store.delete_many(lock_key(g) for g in _generations(store) if g < generation)
         return GCLock(store, mine, timing, live_writers)
+
+
+def break_gc_lock(store: ObjectStore, timing: Timing, holder: str) -> LockState | None:
+    """Take the lock from whoever holds it and release it at once; the broken generation.
+
+    For a collector that is surely gone (its process killed) when waiting
+    for its lock to expire is not wanted: the new generation fences the old
+    holder (it checks for a newer generation before each destructive step).
+    Returns the generation that was broken, or None if none was held.
+    """
+    while True:
+        current = read_lock(store)
+        if current is None or not current.held(timing):
+            return None
+        start = timing.now()
+        mine = LockState(current.generation + 1, holder, start, start, released=True)
+        if store.put_if_absent(mine.key, _encode(mine)):
+            return current

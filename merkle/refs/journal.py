@@ -2,29 +2,26 @@
 
 A commit is one ``put_if_absent`` of the next journal slot, so exactly one of
 any number of racing writers (threads, processes, machines) wins each
-version, on every backend. Everything else here is reading that journal
-well: finding the head without reading the history (probing past a hint),
-looking versions up by number and by time, listing, dropping, cloning and
-trimming. The protocol and its reasoning are in ``doc/refs.md``.
+version, on every backend. The reads (head, history, time travel) live in
+:mod:`merkle.refs.reader`; here are the writes: commit, drop, clone, the
+fence garbage collection appends, and trimming. The protocol and its
+reasoning are in ``doc/refs.md``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from merkle.blocks.cid import CID
-from merkle.errors import ConflictError, IntegrityError, NotFoundError, StorageError, UsageError
+from merkle.errors import ConflictError, NotFoundError, StorageError, UsageError
 from merkle.refs.entry import (
     JournalEntry,
-    TrimmedEntry,
     as_utc,
     decode_slot,
     encode_entry,
-    encode_trimmed,
     entry_key,
     head_key,
     journal_prefix,
@@ -33,16 +30,12 @@ from merkle.refs.entry import (
 )
 from merkle.refs.errors import JournalConflictError, JournalIndeterminateError
 from merkle.refs.names import check_db_name
-from merkle.refs.search import gallop, last_true
+from merkle.refs.reader import JournalReader, check_count, check_version
 from merkle.storage.base import ObjectStore
 
 __all__ = ["DEFAULT_HINT_EVERY", "JournalEntry", "RefManager"]
 
-_Slot = JournalEntry | TrimmedEntry | None
-
-#: Entries read or trimmed per round of concurrent requests.
-_CHUNK = 64
-#: Attempts of an unconditional drop before giving up on a busy database.
+#: Attempts of an unconditional drop (or a fence) before giving up on a busy database.
 _DROP_ATTEMPTS = 100
 #: Commits rewrite the HEAD hint when their version is a multiple of this: a
 #: cold reader then probes at most 3 slots past it, and 3 commits in 4 cost one
@@ -52,18 +45,6 @@ DEFAULT_HINT_EVERY = 4
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def _check_version(value: object, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise UsageError(f"{what} must be a non-negative integer, got {value!r}")
-    return value
-
-
-def _check_count(value: object, what: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise UsageError(f"{what} must be an integer >= 1, got {value!r}")
-    return value
 
 
 def _check_text(value: object, what: str) -> str | None:
@@ -90,12 +71,12 @@ def _check_fork(forked_from: object) -> dict[str, Any] | None:
     ):
         raise UsageError(f"forked_from must be {{'db': name, 'version': n}}, got {forked_from!r}")
     check_db_name(forked_from["db"])
-    _check_version(forked_from["version"], "forked_from['version']")
+    check_version(forked_from["version"], "forked_from['version']")
     return dict(forked_from)
 
 
-class RefManager:
-    """Commit, read and maintain the version journals of every database in a lake.
+class RefManager(JournalReader):
+    """Commit to, read and maintain the version journals of every database in a lake.
 
     Safe to share between threads; any number of processes may use the same
     lake at once. ``now`` supplies commit times (tests inject a fixed clock).
@@ -117,162 +98,11 @@ class RefManager:
         probe_fanout: int = 1,
         hint_every: int = DEFAULT_HINT_EVERY,
     ) -> None:
-        self.store = store
+        super().__init__(store, probe_fanout=probe_fanout)
         self._now = now
-        self._fanout = _check_count(probe_fanout, "probe_fanout")
-        self._hint_every = _check_count(hint_every, "hint_every")
-        self._lock = threading.Lock()
-        # The newest entry this manager has seen per database: a starting point
-        # for probing (entries are immutable and slots never freed, so it can
-        # be old but never wrong).
-        self._known: dict[str, JournalEntry] = {}
+        self._hint_every = check_count(hint_every, "hint_every")
 
     # -- slots ---------------------------------------------------------------------
-
-    def _read(self, db: str, version: int) -> _Slot:
-        key = entry_key(db, version)
-        try:
-            data = self.store.get(key)
-        except NotFoundError:
-            return None
-        return decode_slot(data, key, db, version)
-
-    def _remember(self, entry: JournalEntry) -> None:
-        with self._lock:
-            known = self._known.get(entry.db)
-            if known is None or known.version < entry.version:
-                self._known[entry.db] = entry
-
-    def _marker(self, db: str) -> int:
-        """The retention marker: every slot below it is a tombstone (0 if none or unreadable)."""
-        try:
-            text = self.store.get(trimmed_key(db))
-        except NotFoundError:
-            return 0
-        return int(text) if text.isascii() and text.isdigit() else 0
-
-    # -- the head ------------------------------------------------------------------
-
-    def head(self, db: str) -> JournalEntry | None:
-        """The newest entry of ``db`` (root None if dropped); None if ``db`` never existed.
-
-        A manager that has seen the head before reads one slot past it (one
-        read when nothing changed); otherwise it starts from the ``HEAD`` hint
-        (else from slot 0) and probes past that: two reads when the hint is
-        current, O(log d) probes when it is d versions behind.
-        """
-        return self._head(check_db_name(db), self._fanout)
-
-    def _head(self, db: str, fanout: int) -> JournalEntry | None:
-        with self._lock:
-            known = self._known.get(db)
-        if known is not None:
-            following = self._fetch_many(db, [known.version + 1])[0]
-            if following is None:
-                return known
-            # Others have committed since: the hint is likely closer than our cache.
-            hint = self._hint(db)
-            if hint is not None and hint.version > known.version + 1:
-                entry = self._probe_past(db, hint.version, hint, fanout)
-            else:
-                entry = self._probe_past(db, known.version + 1, following, fanout)
-        else:
-            start = self._hint(db)
-            first = None if start is not None else self._fetch_many(db, [0])[0]
-            if start is not None:
-                entry = self._probe_past(db, start.version, start, fanout)
-            elif first is not None:
-                # No hint: slot 0 is never freed, so gallop from it (O(log head) reads).
-                entry = self._probe_past(db, 0, first, fanout)
-            else:
-                top = self._scan(db)  # no slot 0: unknown db, or outside damage
-                if top is None:
-                    return None
-                entry = self._probe_past(db, top.version, top, fanout)
-        self._remember(entry)
-        return entry
-
-    def _hint(self, db: str) -> JournalEntry | None:
-        """The entry copied into HEAD, or None when HEAD is absent or unreadable."""
-        key = head_key(db)
-        try:
-            slot = decode_slot(self.store.get(key), key, db, None)
-        except (NotFoundError, IntegrityError):
-            return None  # a hint only: fall back to listing
-        return slot if isinstance(slot, JournalEntry) else None
-
-    def _scan(self, db: str) -> _Slot:
-        """The highest slot a listing of the journal shows, or None for an unknown db.
-
-        Only needed when slot 0 is missing, which a journal written by merkle
-        never is: it tells an unknown database (an empty listing) from one
-        whose first entries were deleted from outside.
-        """
-        prefix = journal_prefix(db)
-        top = None
-        for info in self.store.list(prefix):
-            version = parse_entry_key(db, info.key)
-            if version is not None and (top is None or version > top):
-                top = version
-        if top is None:
-            return None
-        slot = self._read(db, top)
-        if slot is None:
-            raise IntegrityError(
-                f"journal entry {entry_key(db, top)!r} was listed but cannot be read; "
-                "check the store for damage"
-            )
-        return slot
-
-    def _read_many(self, db: str, versions: Sequence[int]) -> list[_Slot]:
-        if len(versions) == 1:
-            return [self._read(db, versions[0])]
-        return self.store.map_bulk(lambda v: self._read(db, v), versions)
-
-    def _fetch_many(self, db: str, versions: Sequence[int]) -> list[bytes | None]:
-        """The raw bytes of several slots (None where empty), concurrently if many."""
-
-        def fetch(version: int) -> bytes | None:
-            try:
-                return self.store.get(entry_key(db, version))
-            except NotFoundError:
-                return None
-
-        if len(versions) == 1:
-            return [fetch(versions[0])]
-        return self.store.map_bulk(fetch, versions)
-
-    def _probe_past(
-        self, db: str, start: int, found: JournalEntry | TrimmedEntry | bytes, fanout: int
-    ) -> JournalEntry:
-        """The head, found by probing the slots after ``start``, which holds ``found``.
-
-        Probes only ask whether a slot exists; just the head found is decoded,
-        so a damaged old entry does not stop anyone from finding the head.
-        """
-        seen: dict[int, JournalEntry | TrimmedEntry | bytes] = {start: found}
-
-        def present(versions: Sequence[int]) -> list[bool]:
-            fetched = self._fetch_many(db, versions)
-            for version, data in zip(versions, fetched, strict=True):
-                if data is not None:
-                    seen[version] = data
-            return [data is not None for data in fetched]
-
-        top = start
-        if present([top + 1])[0]:  # the common case, a current start, costs one read
-            top = gallop(present, top + 1, fanout)
-        head = seen[top]
-        if isinstance(head, bytes):
-            head = decode_slot(head, entry_key(db, top), db, top)
-        if not isinstance(head, JournalEntry):
-            raise IntegrityError(
-                f"journal head {entry_key(db, head.version)!r} is a trimmed tombstone; "
-                "retention never trims a head, so the journal was altered from outside"
-            )
-        return head
-
-    # -- commit --------------------------------------------------------------------
 
     def commit(
         self,
@@ -291,8 +121,9 @@ class RefManager:
         again after a drop (the journal continues at head + 1). ``root=None``
         with an expected version drops the database. Raises
         :class:`JournalConflictError` (a ``ConflictError``) when the journal is
-        not where the caller expected, and :class:`JournalIndeterminateError`
-        (a ``CommitIndeterminateError``) when the store cannot say whether the
+        not where the caller expected (including an expected version that
+        retention has trimmed), and :class:`JournalIndeterminateError` (a
+        ``CommitIndeterminateError``) when the store cannot say whether the
         entry was written. Returns once the entry is durable.
         """
         db = check_db_name(db)
@@ -310,7 +141,7 @@ class RefManager:
                 )
             parent = self._parent_for_create(db)
         else:
-            parent = self._parent_for_commit(db, _check_version(expected_version, "version"))
+            parent = self._parent_for_commit(db, check_version(expected_version, "version"))
             if parent.dropped:
                 head = self.head(db)
                 if head is not None and head.version != parent.version:
@@ -319,10 +150,34 @@ class RefManager:
                     f"database {db!r} was dropped at version {parent.version}; "
                     "create it again with expected_version=None"
                 )
+        return self._append(
+            db, expected_version, parent, root, author, message, dict(meta or {}), forked_from
+        )
+
+    def _append(
+        self,
+        db: str,
+        expected: int | None,
+        parent: JournalEntry | None,
+        root: str | None,
+        author: str | None,
+        message: str | None,
+        meta: dict[str, Any],
+        forked_from: dict[str, Any] | None,
+    ) -> JournalEntry:
+        """Create the slot after ``parent`` (slot 0 if None), refusing a trimmed parent."""
+        version = 0 if parent is None else parent.version + 1
+        floor = self.floor(db)
+        if parent is not None and parent.version < floor:
+            # The slot after a trimmed entry may have been freed: creating it again
+            # would fork the journal below the floor, where no reader looks.
+            raise JournalConflictError(
+                db, expected, None, f"version {parent.version} was removed by retention"
+            )
         now = as_utc(self._now())
         entry = JournalEntry(
             db=db,
-            version=0 if parent is None else parent.version + 1,
+            version=version,
             root=root,
             parent=None if parent is None else parent.version,
             # Times never run backwards along the journal, whatever the clocks say,
@@ -330,8 +185,10 @@ class RefManager:
             time=now if parent is None else max(now, parent.time),
             author=author,
             message=message,
-            meta=dict(meta or {}),
+            meta=meta,
             forked_from=forked_from,
+            prev=None if parent is None or version == 0 else parent.digest,
+            created=version if expected is None or parent is None else parent.created,
         )
         data = encode_entry(entry)
         key = entry_key(db, entry.version)
@@ -339,12 +196,40 @@ class RefManager:
         assert isinstance(committed, JournalEntry)
         if not self._create(db, entry.version, root, key, data):
             found = self.head(db)
-            found_version = None if found is None else found.version
-            raise JournalConflictError(db, expected_version, found_version)
+            raise JournalConflictError(db, expected, None if found is None else found.version)
         self._remember(committed)
         if committed.version % self._hint_every == 0 or committed.dropped:
             self._write_hint(db, data)
         return committed
+
+    def fence(self, db: str, generation: int, *, attempts: int = _DROP_ATTEMPTS) -> JournalEntry:
+        """Append a copy of ``db``'s head (same root) so no writer's older view can commit.
+
+        Garbage collection calls this, holding the GC lock, before it deletes
+        anything while a writer lease it could not wait for may still be in
+        use: a writer whose view predates the fence loses its compare-and-set
+        and replays on the new head (see doc/refs.md, "Fencing").
+        """
+        for _ in range(attempts):
+            head = self.head(db)
+            if head is None:
+                raise NotFoundError(f"database {db!r} does not exist")
+            try:
+                return self._append(
+                    db,
+                    head.version,
+                    head,
+                    head.root,
+                    "merkle gc",
+                    "gc fence",
+                    {"merkle": {"fence": generation}},
+                    None,
+                )
+            except JournalConflictError:
+                continue  # a stalled writer landed first: fence after it
+        raise ConflictError(
+            f"could not fence database {db!r}: writers committed before each of {attempts} attempts"
+        )
 
     def _parent_for_create(self, db: str) -> JournalEntry | None:
         head = self.head(db)
@@ -365,7 +250,8 @@ class RefManager:
             raise NotFoundError(
                 f"database {db!r} does not exist; create it with expected_version=None"
             )
-        detail = "that version was removed by retention" if slot is not None else ""
+        trimmed = slot is not None or expected < self._floor_hint(db)
+        detail = "that version was removed by retention" if trimmed else ""
         raise JournalConflictError(db, expected, head.version, detail)
 
     def _create(self, db: str, version: int, root: str | None, key: str, data: bytes) -> bool:
@@ -390,118 +276,6 @@ class RefManager:
             self.store.put_hint(head_key(db), data)
 
     # -- reads ---------------------------------------------------------------------
-
-    def get(self, db: str, version: int) -> JournalEntry:
-        """Entry ``version`` of ``db``; :class:`NotFoundError` if absent or trimmed."""
-        db = check_db_name(db)
-        version = _check_version(version, "version")
-        slot = self._read(db, version)
-        if isinstance(slot, JournalEntry):
-            return slot
-        if isinstance(slot, TrimmedEntry):
-            raise self._trimmed_error(db, version)
-        head = self.head(db)
-        if head is None:
-            raise NotFoundError(f"database {db!r} does not exist")
-        if version > head.version:
-            raise NotFoundError(
-                f"database {db!r} has no version {version}; its newest is {head.version}"
-            )
-        if version < self._marker(db):
-            raise self._trimmed_error(db, version)
-        raise IntegrityError(
-            f"journal entry {entry_key(db, version)!r} is missing below the head "
-            f"({head.version}); the journal was altered from outside"
-        )
-
-    def _trimmed_error(self, db: str, version: int) -> NotFoundError:
-        oldest = self.oldest_version(db)
-        return NotFoundError(
-            f"version {version} of database {db!r} was removed by retention; the oldest "
-            f"version kept is {oldest}"
-        )
-
-    def at(self, db: str, when: datetime) -> JournalEntry:
-        """The newest entry of ``db`` committed at or before ``when`` (naive = UTC).
-
-        A drop entry is returned like any other (its root is None). Raises
-        :class:`NotFoundError` when ``when`` is before the first entry, or
-        when the entry it names was removed by retention.
-        """
-        db = check_db_name(db)
-        when = as_utc(when)
-        head = self.head(db)
-        if head is None:
-            raise NotFoundError(f"database {db!r} does not exist")
-        if head.time <= when:
-            return head
-        seen: dict[int, _Slot] = {head.version: head}
-
-        def at_or_before(versions: Sequence[int]) -> list[bool]:
-            # Tombstones (and slots gone missing) lie below every kept entry.
-            slots = self._read_many(db, versions)
-            seen.update(zip(versions, slots, strict=True))
-            return [not isinstance(s, JournalEntry) or s.time <= when for s in slots]
-
-        low = min(self._marker(db), head.version)
-        if not at_or_before([low])[0]:
-            first = seen[low]
-            assert isinstance(first, JournalEntry)
-            removed = f"; versions before {low} were removed by retention" if low else ""
-            raise NotFoundError(
-                f"database {db!r} has no version at or before {when.isoformat()}: version "
-                f"{low} was committed at {first.time.isoformat()}{removed}"
-            )
-        found = seen[last_true(at_or_before, low, head.version - 1, self._fanout)]
-        if not isinstance(found, JournalEntry):
-            raise NotFoundError(
-                f"the version of database {db!r} at {when.isoformat()} was removed by retention"
-            )
-        return found
-
-    def history(self, db: str, limit: int | None = None) -> list[JournalEntry]:
-        """Entries of ``db``, newest first, at most ``limit``; trimmed ones are absent."""
-        db = check_db_name(db)
-        if limit is not None:
-            _check_version(limit, "limit")
-        head = self.head(db)
-        if head is None:
-            raise NotFoundError(f"database {db!r} does not exist")
-        low = min(self._marker(db), head.version)
-        if limit is not None:
-            low = max(low, head.version - limit + 1)
-        entries: list[JournalEntry] = []
-        for top in range(head.version, low - 1, -_CHUNK):
-            versions = range(top, max(low, top - _CHUNK + 1) - 1, -1)
-            for slot in self.store.map_bulk(lambda v: self._read(db, v), versions):
-                if not isinstance(slot, JournalEntry):
-                    return entries  # trimmed from here down
-                entries.append(slot)
-        return entries
-
-    def list_dbs(self) -> list[str]:
-        """Names of the live databases (dropped ones excluded), sorted."""
-        names = [name for name in self.store.list_prefixes("refs/") if _valid_name(name)]
-        # Sequential probes inside the pool's threads: a nested map_bulk could deadlock.
-        heads = self.store.map_bulk(lambda name: self._head(name, 1), names)
-        return sorted(name for name, head in zip(names, heads, strict=True) if _live(head))
-
-    def oldest_version(self, db: str) -> int | None:
-        """The oldest version of ``db`` still kept (not trimmed); None if ``db`` never existed."""
-        db = check_db_name(db)
-        head = self.head(db)
-        if head is None:
-            return None
-        low = min(self._marker(db), head.version)
-
-        def trimmed(versions: Sequence[int]) -> list[bool]:
-            return [not isinstance(s, JournalEntry) for s in self._read_many(db, versions)]
-
-        if not trimmed([low])[0]:
-            return low
-        return last_true(trimmed, low, head.version - 1, self._fanout) + 1
-
-    # -- drop, clone, trim -----------------------------------------------------------
 
     def drop(
         self,
@@ -567,40 +341,29 @@ class RefManager:
     def trim(self, db: str, before_version: int) -> int:
         """Remove the entries of ``db`` older than ``before_version``, never the head.
 
-        Each removed entry is replaced by a small tombstone (its slot must
-        never be created again), then the retention marker moves up. Returns
-        how many entries were removed by this call; repeating it is harmless.
+        The retention floor is raised first (durably), then every journal
+        object below it is deleted (entries, tombstones of older merkle-db
+        versions, and entries of stalled writers that landed below the floor):
+        journal storage stays proportional to the versions kept. No slot
+        below the floor can be committed to again: a commit refuses a parent
+        below the floor, and a writer whose lease garbage collection had to
+        pass checks after its put (see doc/refs.md, "Trimming and stalled
+        writers"). Returns how many versions this call removed; repeating it
+        is harmless.
         """
         db = check_db_name(db)
-        before_version = _check_version(before_version, "before_version")
+        before_version = check_version(before_version, "before_version")
         head = self.head(db)
         if head is None:
             raise NotFoundError(f"database {db!r} does not exist")
-        stop = min(before_version, head.version)
-        start = self._marker(db)
-        removed = 0
-        for low in range(start, stop, _CHUNK):
-            versions = range(low, min(low + _CHUNK, stop))
-            slots = self.store.map_bulk(lambda v: self._read(db, v), versions)
-            tombstones = [
-                (entry_key(db, slot.version), encode_trimmed(slot))
-                for slot in slots
-                if isinstance(slot, JournalEntry)
-            ]
-            self.store.put_many(tombstones)
-            removed += len(tombstones)
-        if stop > start:
+        floor = self._floor_hint(db)
+        stop = max(floor, min(before_version, head.version))
+        if stop > floor:
             self.store.put(trimmed_key(db), str(stop).encode("ascii"))
-        return removed
-
-
-def _valid_name(name: str) -> bool:
-    try:
-        check_db_name(name)
-    except UsageError:
-        return False
-    return True
-
-
-def _live(head: JournalEntry | None) -> bool:
-    return head is not None and not head.dropped
+        doomed = []
+        for info in self.store.list(journal_prefix(db)):
+            version = parse_entry_key(db, info.key)
+            if version is not None and version < stop:
+                doomed.append(info.key)
+        self.store.delete_many(doomed)
+        return max(0, stop - floor)

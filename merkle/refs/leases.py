@@ -22,14 +22,14 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from merkle.blocks.cid import CID
 from merkle.blocks.codec import NODE_VERSION, decode_node, encode_node
 from merkle.errors import IntegrityError, NotFoundError, UsageError
 from merkle.refs.errors import LeaseExpiredError, LockHeldError
-from merkle.refs.gclock import GCLock, acquire_gc_lock, read_lock
+from merkle.refs.gclock import GCLock, LockState, acquire_gc_lock, break_gc_lock, read_lock
 from merkle.refs.names import check_db_name
 from merkle.refs.timing import DEFAULT_POLL_INTERVAL, DEFAULT_SKEW_MARGIN, Timing
 from merkle.storage.base import ObjectStore
@@ -58,6 +58,9 @@ class Lease:
     Reader leases name the ``db``, ``version`` and ``root`` they protect;
     writer leases may name the ``db`` they write (informational only: GC
     protects every block a live writer may have written, whatever the db).
+    ``gc_generation`` (not stored) is the newest GC lock generation the
+    grant saw, not held (-1: none): a writer uses it to tell whether a
+    collection started since.
     """
 
     id: str
@@ -68,6 +71,7 @@ class Lease:
     version: int | None
     root: str | None
     holder: str
+    gc_generation: int = field(default=-1, compare=False)
 
     @property
     def key(self) -> str:
@@ -145,7 +149,7 @@ class LeaseManager:
     """Grant, renew, release and list leases in a lake; take the GC lock.
 
     ``clock`` (epoch seconds) and ``sleep`` are injectable so tests control
-    time; ``skew_margin`` (default :data:`DEFAULT_SKEW_MARGIN`, 30 s) is the
+    time; ``skew_margin`` (default :data:`DEFAULT_SKEW_MARGIN`, 5 s) is the
     clock disagreement tolerated; ``holder`` names this process in leases
     (default ``host:pid``).
     """
@@ -215,14 +219,16 @@ class LeaseManager:
                 self.store.delete(lease.key)  # withdraw: no lease without a checked lock
                 raise
             if lock is None or not lock.held(self.timing):
-                return lease
+                return replace(lease, gc_generation=-1 if lock is None else lock.generation)
             self.store.delete(lease.key)
             if self.timing.now() >= deadline:
                 raise LockHeldError(
                     f"cannot start writing: a garbage collection holds the GC lock "
-                    f"({lock.holder}, generation {lock.generation}, expiring at "
-                    f"{lock.expires:.3f} plus a {self.timing.margin:g}s skew margin) and did "
-                    f"not finish within {wait_timeout:g}s; retry later or wait longer",
+                    f"({lock.holder}, generation {lock.generation}, expiring "
+                    f"{self.timing.describe(lock.expires)}, plus a {self.timing.margin:g}s "
+                    f"skew margin) and did not finish within {wait_timeout:g}s; retry later, "
+                    "or break the lock with `merkle gc --break-lock` if that collector is "
+                    "surely gone",
                     holder=lock.holder,
                     expires=lock.expires,
                 )
@@ -242,9 +248,9 @@ class LeaseManager:
         """
         if not self.is_valid(lease):
             raise LeaseExpiredError(
-                f"{lease.kind} lease {lease.id} expired at {lease.expires:.3f} (counting a "
-                f"{self.timing.margin:g}s skew margin); GC may have removed what it "
-                "protected: take a new lease and check your blocks again"
+                f"{lease.kind} lease {lease.id} expired {self.timing.describe(lease.expires)} "
+                f"(counting a {self.timing.margin:g}s skew margin); GC may have removed what "
+                "it protected: take a new lease and check your blocks again"
             )
 
     def renew(self, lease: Lease, ttl: float) -> Lease:
@@ -262,6 +268,10 @@ class LeaseManager:
         renewed = replace(lease, expires=self.timing.now() + ttl)
         self.store.put(renewed.key, _encode(renewed))
         return renewed
+
+    def lease_holders(self, kind: str | None = None) -> list[Lease]:
+        """Every lease object of ``kind`` present, live or expired, oldest start first."""
+        return sorted(self._all(kind), key=lambda lease: (lease.start, lease.id))
 
     def release(self, lease: Lease) -> None:
         """Give ``lease`` up (idempotent)."""
@@ -318,3 +328,7 @@ class LeaseManager:
             wait_timeout,
             lambda: self.live("writer"),
         )
+
+    def break_gc_lock(self) -> LockState | None:
+        """Take the GC lock from its holder and release it (see :func:`break_gc_lock`)."""
+        return break_gc_lock(self.store, self.timing, self.holder)

@@ -21,14 +21,17 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from merkle.errors import UsageError
 
 __all__ = ["DEFAULT_POLL_INTERVAL", "DEFAULT_SKEW_MARGIN", "Timing"]
 
-#: Seconds of clock disagreement tolerated by default (NTP keeps servers far
-#: closer; this also covers a holder stalling briefly between check and act).
-DEFAULT_SKEW_MARGIN = 30.0
+#: Seconds of clock disagreement tolerated by default. NTP keeps servers far
+#: closer; writers do not depend on it for safety (a collector that goes on
+#: without them fences them off, see merkle.refs.writer), so it only decides
+#: how long a lease or lock of a vanished process keeps others waiting.
+DEFAULT_SKEW_MARGIN = 5.0
 #: Seconds between looks at the store while waiting for a lock or for writers.
 DEFAULT_POLL_INTERVAL = 0.5
 
@@ -76,10 +79,34 @@ class Timing:
             raise UsageError(f"{what} must be a number of seconds >= 0, got {timeout!r}")
         return float(timeout)  # type: ignore[arg-type]
 
+    def describe(self, when: float) -> str:
+        """``when`` (epoch seconds) for people: UTC time and its distance from now."""
+        try:
+            stamp = datetime.fromtimestamp(when, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        except (OverflowError, OSError, ValueError):
+            stamp = f"{when:.0f} (epoch seconds)"
+        delta = when - self.now()
+        if abs(delta) < 0.5:
+            return f"{stamp} (now)"
+        return (
+            f"{stamp} ({_span(delta)} from now)" if delta > 0 else f"{stamp} ({_span(-delta)} ago)"
+        )
+
     def pause(self, deadline: float, wake_by: float | None = None) -> None:
         """Wait one poll interval, but not past ``deadline`` or ``wake_by``."""
         until = deadline if wake_by is None else min(deadline, wake_by)
         self.sleep(max(0.0, min(self.poll_interval, until - self.now())))
+
+
+def _span(seconds: float) -> str:
+    """A duration in the largest fitting unit: ``45 s``, ``12 min``, ``3.5 h``, ``2.0 d``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
 
 
 def _finite(value: object) -> bool:

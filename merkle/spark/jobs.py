@@ -25,7 +25,7 @@ from merkle.db.bulk import committed_table, lake_tables, replace_table, table_ro
 from merkle.db.connection import Connection
 from merkle.db.database import Database
 from merkle.errors import ConflictError, UsageError
-from merkle.refs import Lease
+from merkle.refs import Lease, WriterTicket
 from merkle.spark.lake import hold_lease, open_lake
 from merkle.spark.options import LakeRef
 from merkle.spark.types import from_spark
@@ -296,8 +296,12 @@ def commit_job(
         built,
         based_on=job.based_on,
         base_version=job.base_version,
+        made=sorted(fresh),
     )
-    return db.commit(message=message, author=author, lease=job.lease)
+    # The tasks wrote under this lease: the commit lands under it too, and settles with
+    # the GC lock generation the lease began under (merkle.refs.writer).
+    ticket = WriterTicket(job.lease, job.lease.gc_generation)
+    return db.commit(message=message, author=author, ticket=ticket)
 
 
 @dataclass(frozen=True)

@@ -189,8 +189,10 @@ def _lease_version(read: ReadOptions, resolved: _Resolved) -> Lease:
     conn = open_lake(read.lake)
     lease = conn.leases.acquire_reader(read.db, resolved.version, resolved.db_root, read.lease_ttl)
     try:
-        conn.refs.get(read.db, resolved.version)
+        kept = conn.refs.get(read.db, resolved.version).root == resolved.db_root
     except NotFoundError:
+        kept = False
+    if not kept:
         conn.leases.release(lease)
         raise UsageError(
             f"version {resolved.version} of database {read.db!r} was removed by garbage "

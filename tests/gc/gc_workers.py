@@ -318,7 +318,8 @@ def put_and_exit(uri: str, options: dict[str, Any]) -> None:
     expires, and nothing is committed.
     """
     conn = merkle.connect(uri, **options)
-    with conn.writer_lease("shop") as lease:
+    with conn.writer_lease("shop") as ticket:
+        lease = ticket.lease
         blocks = [(os.urandom(2000), "raw") for _ in range(5)]
         raws = conn.blocks.put_many(blocks, refresh_before=lease.start)
         conn.blocks.put_node(

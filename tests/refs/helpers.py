@@ -58,20 +58,27 @@ class FaultyStore(ObjectStore):
 
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
-        self._faults: dict[str, list[tuple[bool, bool]]] = {}
+        self._faults: dict[str, list[tuple[bool, bool, str | None]]] = {}
         self.calls: dict[str, int] = {}
 
     def fail(
-        self, op: str, *, times: int = 1, applied: bool = False, definite: bool = False
+        self,
+        op: str,
+        *,
+        times: int = 1,
+        applied: bool = False,
+        definite: bool = False,
+        key: str | None = None,
     ) -> None:
-        self._faults.setdefault(op, []).extend([(applied, definite)] * times)
+        """Make the next ``times`` calls of ``op`` (on ``key`` only, if given) fail."""
+        self._faults.setdefault(op, []).extend([(applied, definite, key)] * times)
 
-    def _run(self, op: str, fn: Callable[[], Any]) -> Any:
+    def _run(self, op: str, fn: Callable[[], Any], key: str | None = None) -> Any:
         self.calls[op] = self.calls.get(op, 0) + 1
         pending = self._faults.get(op)
-        if not pending:
+        if not pending or pending[0][2] not in (None, key):
             return fn()
-        applied, definite = pending.pop(0)
+        applied, definite, _ = pending.pop(0)
         if applied:
             fn()
         raise StorageError(f"injected {op} failure", definite=definite)
@@ -85,13 +92,13 @@ class FaultyStore(ObjectStore):
         raise NotImplementedError
 
     def get(self, key: str) -> bytes:
-        return self._run("get", lambda: self.inner.get(key))  # type: ignore[no-any-return]
+        return self._run("get", lambda: self.inner.get(key), key)  # type: ignore[no-any-return]
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         return self.inner.get_range(key, start, length)
 
     def stat(self, key: str) -> ObjectInfo:
-        return self._run("stat", lambda: self.inner.stat(key))  # type: ignore[no-any-return]
+        return self._run("stat", lambda: self.inner.stat(key), key)  # type: ignore[no-any-return]
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         return self._run("list", lambda: iter(builtins.list(self.inner.list(prefix))))  # type: ignore[no-any-return]
@@ -100,13 +107,13 @@ class FaultyStore(ObjectStore):
         return self.inner.list_prefixes(prefix)
 
     def put(self, key: str, data: bytes) -> None:
-        self._run("put", lambda: self.inner.put(key, data))
+        self._run("put", lambda: self.inner.put(key, data), key)
 
     def put_if_absent(self, key: str, data: bytes) -> bool:
-        return self._run("put_if_absent", lambda: self.inner.put_if_absent(key, data))  # type: ignore[no-any-return]
+        return self._run("put_if_absent", lambda: self.inner.put_if_absent(key, data), key)  # type: ignore[no-any-return]
 
     def touch(self, key: str) -> None:
         self.inner.touch(key)
 
     def delete(self, key: str) -> None:
-        self._run("delete", lambda: self.inner.delete(key))
+        self._run("delete", lambda: self.inner.delete(key), key)

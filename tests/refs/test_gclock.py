@@ -6,9 +6,9 @@ from collections.abc import Callable
 
 import pytest
 
-from merkle.errors import IntegrityError, UsageError
+from merkle.errors import UsageError
 from merkle.refs import LeaseExpiredError, LeaseManager, LockHeldError, WritersBusyError
-from merkle.refs.gclock import LOCK_PREFIX, lock_key, read_lock
+from merkle.refs.gclock import DAMAGED_LOCK_TTL, LOCK_PREFIX, lock_key, read_lock
 from merkle.storage import ObjectStore
 
 from .helpers import FakeClock, FaultyStore
@@ -203,9 +203,38 @@ def test_bad_lock_arguments_and_damage(store: ObjectStore, clock: FakeClock) -> 
         gc.acquire_gc_lock(ttl=MARGIN)
     with pytest.raises(UsageError, match="wait_timeout"):
         gc.acquire_gc_lock(ttl=60, wait_timeout=-1)
+
+
+def test_an_unreadable_lock_holds_writers_up_only_until_it_expires(store: ObjectStore) -> None:
+    """A torn or foreign lock object does not stop every commit for ever (issue 9, item 7)."""
     store.put(lock_key(4), b"\xff not cbor")
-    with pytest.raises(IntegrityError, match=r"gc/lock/0+4"):
-        gc.acquire_gc_lock(ttl=60)
-    with pytest.raises(IntegrityError, match=r"gc/lock/0+4"):
-        gc.acquire_writer(ttl=60)
+    written = store.stat(lock_key(4)).mtime
+    clock = FakeClock(written)
+    writer, gc = manager(store, clock, "writer"), manager(store, clock, "gc")
+    state = read_lock(store)
+    assert state is not None
+    assert state.damaged
+    assert "unreadable lock object 'gc/lock/00000000000000000004'" in state.holder
+    with pytest.raises(LockHeldError, match="unreadable lock object"):
+        writer.acquire_writer(ttl=60, wait_timeout=5)
     assert gc.live("writer") == [], "no lease is left behind"
+    lease = writer.acquire_writer(ttl=60, wait_timeout=DAMAGED_LOCK_TTL + 2 * MARGIN)
+    assert clock.now >= written + DAMAGED_LOCK_TTL + MARGIN, "it waited for the expiry"
+    writer.release(lease)
+    with gc.acquire_gc_lock(ttl=60) as lock:
+        assert lock.generation == 5
+        assert generations(store) == [lock_key(5)], "the unreadable generation is gone"
+
+
+def test_breaking_the_lock_of_a_killed_collector(store: ObjectStore, clock: FakeClock) -> None:
+    """``merkle gc --break-lock``: no waiting for the expiry; the old holder is fenced."""
+    dead = manager(store, clock, "dead").acquire_gc_lock(ttl=600)
+    breaker = manager(store, clock, "ops")
+    assert breaker.break_gc_lock() == dead.state
+    assert breaker.break_gc_lock() is None, "nothing held any more"
+    with pytest.raises(LeaseExpiredError, match="taken over"):
+        dead.ensure_held()  # the old holder stops before its next destructive step
+    lease = manager(store, clock, "writer").acquire_writer(ttl=60, wait_timeout=0)
+    assert lease.gc_generation == dead.generation + 1
+    with breaker.acquire_gc_lock(ttl=60, wait_timeout=0) as lock:
+        assert lock.generation == dead.generation + 2

@@ -78,10 +78,12 @@ def test_create_then_commit_builds_a_chain(refs: RefManager, now: Now) -> None:
         message="init",
         meta={"k": [1, 2.5]},
         forked_from=None,
+        created=0,
     )
     now.advance(1)
     second = refs.commit("shop", 0, root(1))
     assert (second.version, second.parent, second.root) == (1, 0, root(1))
+    assert (second.prev, second.created) == (first.digest, 0), "chained to its parent's bytes"
     assert second.time == T0 + timedelta(seconds=1)
     assert second.time.tzinfo is not None
     other = fresh(refs)
@@ -467,7 +469,9 @@ def test_the_head_hint_is_rewritten_every_nth_commit_and_on_drops(store: ObjectS
     refs = RefManager(store, hint_every=4)
 
     def hinted() -> int:
-        return RefManager(store)._hint("shop").version  # type: ignore[union-attr]
+        found = RefManager(store)._hint_version("shop")
+        assert found is not None
+        return found
 
     build(refs, "shop", 7)
     assert hinted() == 4

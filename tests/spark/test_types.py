@@ -25,15 +25,17 @@ SCALARS = st.one_of(
     st.text(max_size=80),
     st.binary(max_size=20),
     st.datetimes(timezones=st.none()),
-    st.datetimes(
-        min_value=datetime.datetime(1900, 1, 1), timezones=st.just(datetime.UTC)
-    ),
+    st.datetimes(min_value=datetime.datetime(1900, 1, 1), timezones=st.just(datetime.UTC)),
     st.dates(),
-    st.decimals(allow_nan=False, allow_infinity=False, places=3, max_value=10**20, min_value=-(10**20)),
+    st.decimals(
+        allow_nan=False, allow_infinity=False, places=3, max_value=10**20, min_value=-(10**20)
+    ),
 )
 VALUES = st.recursive(
     SCALARS,
-    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -57,7 +59,8 @@ def test_spark_reads_our_variants(spark: Any) -> None:
 
     df = spark.createDataFrame([(VariantVal(blob, meta),)], "v variant")
     row = df.selectExpr(
-        "variant_get(v, '$.b[1]', 'double') AS d", "variant_get(v, '$.é', 'long') AS n",
+        "variant_get(v, '$.b[1]', 'double') AS d",
+        "variant_get(v, '$.é', 'long') AS n",
         "to_json(v) AS j",
     ).collect()[0]
     assert row["d"] == 2.5
