@@ -21,11 +21,12 @@ import sys
 from typing import TYPE_CHECKING
 
 from merkle.spark.bulk import delete, write
+from merkle.spark.gc import gc
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["delete", "local_session", "register", "write"]
+__all__ = ["delete", "gc", "local_session", "register", "write"]
 
 #: Spark setting that lets a Python data source take filters (``pushFilters``).
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
