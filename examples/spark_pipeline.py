@@ -181,11 +181,13 @@ def main() -> None:
         total = orders(database=name).selectExpr("sum(amount)").collect()[0][0]
         print(f"{name}: revenue {total:,.2f}")
 
-    # 5. garbage collection: keep the newest version of each database
-    report = merkle.gc(conn, keep_versions=1, grace="0s")
+    # 5. garbage collection on Spark: keep the newest version of each database
+    conn.close()  # its idle writer lease would make the collector wait for it
+    report = merkle.spark.gc(spark, uri, keep_versions=1, grace="0s")
+    phases = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in report.phases.items())
     print(
         f"gc: freed {report.blocks_freed:,} blocks ({report.bytes_freed:,} bytes), "
-        f"kept {report.blocks_kept:,}"
+        f"kept {report.blocks_kept:,}; {phases}"
     )
     spark.stop()
 
