@@ -160,3 +160,36 @@ def test_key_ranges_algebra() -> None:
     picked = r.select(pa.array([b"0", b"a", b"b", b"e", b"x", b"y"], pa.binary()))
     assert picked is not None
     assert picked.to_pylist() == [1, 2, 4]
+
+
+def test_a_projection_fetches_only_the_families_it_needs() -> None:
+    table, model = _table([(True, list(range(40)))])
+    table = table.flush()
+    fetched: list[str] = []
+    blocks = table.ts.blocks
+    real_get = blocks.get
+
+    def counting_get(cid: Any) -> bytes:
+        fetched.append(str(cid))
+        return real_get(cid)
+
+    blocks.get = counting_get  # type: ignore[method-assign]
+    fresh = Table(TableStore(blocks), table.root)  # no decoded segments cached
+    family = {str(fresh.ts.tablet(ref.cid).segments["f"]) for ref in fresh.tablets()}
+    rows = [
+        r
+        for s in bulk.plan_reads(fresh, target_bytes=1)
+        for t in bulk.read_slices(fresh, s, fields=["a"])
+        for r in t.to_pylist()
+    ]
+    assert [r["k"] for r in rows] == sorted(model)
+    assert fetched
+    assert not family & set(fetched)
+    rows = [
+        r
+        for s in bulk.plan_reads(fresh, target_bytes=1)
+        for t in bulk.read_slices(fresh, s, fields=["b"])
+        for r in t.to_pylist()
+    ]
+    assert family <= set(fetched)
+    assert all(r["b"] == str(r["k"]) for r in rows)
