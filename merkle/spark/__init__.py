@@ -56,6 +56,7 @@ def local_session(cores: int | str = "*", app: str = "merkle") -> SparkSession:
         SparkSession.builder.master(f"local[{cores}]")
         .appName(app)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config(PUSHDOWN_CONF, "true")
         .getOrCreate()
