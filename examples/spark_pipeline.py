@@ -22,6 +22,7 @@ import random
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import merkle
 import merkle.spark
@@ -61,12 +62,12 @@ def write_raw(folder: Path, day: int, orders: range, rng: random.Random) -> None
         f.close()
 
 
-def clean(spark: object, folder: Path) -> object:
+def clean(spark: Any, folder: Path) -> Any:
     """Typed, valid rows, the latest event of each order, with its amount."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
 
-    raw = spark.read.csv(str(folder), header=True, schema=RAW_SCHEMA)  # type: ignore[attr-defined]
+    raw = spark.read.csv(str(folder), header=True, schema=RAW_SCHEMA)
     valid = raw.where("qty > 0 AND unit_price > 0 AND order_id IS NOT NULL")
     latest = Window.partitionBy("order_id").orderBy(F.col("updated_at").desc())
     return (
@@ -75,6 +76,13 @@ def clean(spark: object, folder: Path) -> object:
         .drop("rank")
         .withColumn("amount", F.round(F.col("qty") * F.col("unit_price"), 2))
     )
+
+
+def orders(spark: Any, uri: str, version: int | None = None, database: str = "shop") -> Any:
+    """The orders table of ``database`` (at ``version``, default the head) as a DataFrame."""
+    read = spark.read.format("merkle").option("lake", uri).option("db", database)
+    read = read.option("table", "orders")
+    return (read.option("version", version) if version is not None else read).load()
 
 
 def main() -> None:
@@ -88,6 +96,8 @@ def main() -> None:
     rng = random.Random(7)
 
     spark = merkle.spark.local_session()
+    from pyspark.sql import functions as F  # noqa: N812 (Spark's convention)
+
     spark.sparkContext.setLogLevel("ERROR")
     conn = merkle.connect(uri)
     for name in ("shop", "shop-experiment"):
@@ -108,23 +118,9 @@ def main() -> None:
     # 2. day 2: new orders and status changes upserted, cancellations deleted
     write_raw(work / "raw" / "day2", 2, range(args.orders, args.orders + args.orders // 10), rng)
     new_orders = clean(spark, work / "raw" / "day2")
-    shipped = (
-        spark.read.format("merkle")
-        .option("lake", uri)
-        .option("db", "shop")
-        .option("table", "orders")
-        .load()
-        .where("status = 'paid' AND order_id % 10 = 0")
-        .selectExpr(
-            "order_id",
-            "customer",
-            "sku",
-            "qty",
-            "unit_price",
-            "'shipped' AS status",
-            "current_timestamp() AS updated_at",
-            "amount",
-        )
+    paid = orders(spark, uri).where("status = 'paid' AND order_id % 10 = 0")
+    shipped = paid.withColumn("status", F.lit("shipped")).withColumn(
+        "updated_at", F.current_timestamp()
     )
     db = merkle.spark.write(
         new_orders.unionByName(shipped), uri, "shop", "orders", message="day 2 orders and shipments"
@@ -137,12 +133,7 @@ def main() -> None:
     )
 
     # 3. yesterday beside today
-    def orders(version: int | None = None, database: str = "shop") -> object:
-        read = spark.read.format("merkle").option("lake", uri).option("db", database)
-        read = read.option("table", "orders")
-        return (read.option("version", version) if version is not None else read).load()
-
-    before, after = orders(yesterday).alias("b"), orders().alias("a")
+    before, after = orders(spark, uri, yesterday).alias("b"), orders(spark, uri).alias("a")
     changes = (
         before.join(after, "order_id", "full_outer")
         .selectExpr(
@@ -161,23 +152,11 @@ def main() -> None:
 
     # 4. a clone for an experiment: a 10% discount on new orders, in the clone only
     conn.create_db("shop-experiment", root=conn.open_db("shop"))
-    discounted = (
-        orders(database="shop-experiment")
-        .where("status = 'new'")
-        .selectExpr(
-            "order_id",
-            "customer",
-            "sku",
-            "qty",
-            "unit_price",
-            "status",
-            "updated_at",
-            "round(amount * 0.9, 2) AS amount",
-        )
-    )
+    new = orders(spark, uri, database="shop-experiment").where("status = 'new'")
+    discounted = new.withColumn("amount", F.round(F.col("amount") * 0.9, 2))
     merkle.spark.write(discounted, uri, "shop-experiment", "orders", message="10% off new orders")
     for name in ("shop", "shop-experiment"):
-        total = orders(database=name).selectExpr("sum(amount)").collect()[0][0]
+        total = orders(spark, uri, database=name).selectExpr("sum(amount)").collect()[0][0]
         print(f"{name}: revenue {total:,.2f}")
 
     # 5. garbage collection on Spark: keep the newest version of each database
