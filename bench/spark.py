@@ -49,21 +49,9 @@ ROUNDS = 2  # of each read (turns alternate); writes run once per store
 def _session() -> Any:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
-
     import merkle.spark
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("merkle-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "4g")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    merkle.spark.register(spark)
-    return spark
+    return merkle.spark.local_session(2, "merkle-bench", spark__driver__memory="4g")
 
 
 def _data(spark: Any, rows: int) -> Any:

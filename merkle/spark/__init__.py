@@ -40,26 +40,31 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(MerkleDataSource)
 
 
-def local_session(cores: int | str = "*", app: str = "merkle") -> SparkSession:
+def local_session(cores: int | str = "*", app: str = "merkle", **conf: str) -> SparkSession:
     """A local Spark session (``local[cores]``) set up for merkle-db, with the source registered.
 
     Python workers run this interpreter (``PYSPARK_PYTHON``) and Spark binds
     to the loopback interface (``SPARK_LOCAL_IP``), as a machine without a
-    cluster needs; the UI is off.
+    cluster needs (both set unless already set); the UI and progress bar are
+    off, the session time zone is UTC. ``conf`` adds Spark settings (dots
+    written as ``__``: ``spark__driver__memory="2g"``).
     """
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (
-        SparkSession.builder.master(f"local[{cores}]")
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config(PUSHDOWN_CONF, "true")
-        .getOrCreate()
-    )
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.session.timeZone": "UTC",
+        PUSHDOWN_CONF: "true",
+        **{name.replace("__", "."): value for name, value in conf.items()},
+    }
+    builder = SparkSession.builder.master(f"local[{cores}]").appName(app)
+    for name, value in settings.items():
+        builder = builder.config(name, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
     register(spark)
     return spark

@@ -49,16 +49,15 @@ from merkle.spark.jobs import (
     GroupResult,
     WriteJob,
     commit_job,
-    has_table,
-    plan_base,
     run_groups,
+    start_job,
 )
 from merkle.spark.lake import hold_lease, open_lake
 from merkle.spark.options import DEFAULT_LEASE_TTL, WriteOptions, lake_ref
 from merkle.spark.shuffle import pack_groups, partition_tags
-from merkle.spark.types import cbor_fields_of
-from merkle.spark.writer import table_settings
-from merkle.tablets.bulk import TabletInfo, WriteGroup, merge_leaves, plan_groups, route
+from merkle.tablets.bulk import TabletInfo, WriteGroup, merge_leaves, route
+from merkle.tablets.keys import infer_key_codec_arrow
+from merkle.tablets.table import Table
 
 __all__ = ["delete", "write"]
 
@@ -130,61 +129,35 @@ def delete(
             f"the keys DataFrame needs a column {key_field!r} (the key field of {table!r}) "
             f"or a single column; it has {names}"
         )
+    if committed_table(conn.open_db(db), table).codec is None:
+        return conn.open_db(db)  # never written: nothing to delete
     return _run(keys_df, opts, "delete", rows_per_task)
 
 
 def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None) -> Database:
     spark = df.sparkSession
-    conn = open_lake(opts.lake)
-    head = conn.open_db(opts.db)
-    exists = has_table(head, opts.table)
-    if mode == "delete" and not exists:
-        raise UsageError(f"database {opts.db!r} has no table {opts.table!r} to delete from")
-    existing = committed_table(head, opts.table).root.key_field if exists else None
-    create = table_settings(opts, df.schema, existing)
-    if create is not None:
-        mode = "replace"
-    key_field = create.key if create is not None else existing
-    assert key_field is not None
-    key_type = to_arrow_type(df.schema[key_field].dataType)
-    if mode == "delete" and committed_table(head, opts.table).codec is None:
-        return head  # never written: nothing to delete
-    lease = conn.leases.acquire_writer(opts.lease_ttl, db=opts.db)
+    job, base = start_job(opts, df.schema, mode)
     try:
-        with hold_lease(opts.lake, lease, opts.lease_ttl):
-            base = plan_base(conn, head, opts.table, lease, create, key_type)
-            groups = (
-                (WriteGroup(0, None, None, None),)
-                if mode == "replace"
-                else tuple(plan_groups(base.table))
-            )
-            job = WriteJob(
-                lake=opts.lake,
-                lease=lease,
-                lease_ttl=opts.lease_ttl,
-                db=opts.db,
-                table=opts.table,
-                base_version=head.version,
-                table_root=base.root,
-                based_on=base.based_on,
-                groups=groups,
-                mode=mode,
-                create=create,
-                cbor_fields=cbor_fields_of(df.schema),
-            )
+        with hold_lease(opts.lake, job.lease, opts.lease_ttl):
             limit = base.table.spec.limits.tablet_size
             parallelism = max(1, spark.sparkContext.defaultParallelism)
-            if mode == "delete":
-                rows = [0] * len(groups)
-                target = rows_per_task or 10 * limit
+            key = base.table.root.key_field
+            key_type = to_arrow_type(df.schema[key].dataType)
+            if job.mode == "replace" and _ordered_like_spark(base.table, key_type):
+                partitions = max(2 * parallelism, df.rdd.getNumPartitions())
+                results = _write_ranged(df, job, key, partitions)
             else:
-                rows, samples = _sample(df, job)
-                total = sum(rows)
-                per_task = max(1, min(10, math.ceil(total / (limit * 2 * parallelism))))
-                target = rows_per_task or per_task * limit
-                job, rows = _split(job, rows, samples, target)
-            markers = bool(base.table.root.pending) and mode != "replace"
-            results = _write(df, job, rows, target, markers)
+                if job.mode == "delete":
+                    rows = [0] * len(job.groups)
+                else:
+                    rows, samples = _sample(df, job)
+                    new = sum(rows)
+                    per_task = max(1, min(10, math.ceil(new / (limit * 2 * parallelism))))
+                    job, rows = _split(job, rows, samples, rows_per_task or per_task * limit)
+                weights = _weights(job, rows)
+                per_task = max(1, min(10, math.ceil(sum(weights) / (limit * 2 * parallelism))))
+                markers = bool(base.table.root.pending) and job.mode != "replace"
+                results = _write(df, job, weights, rows_per_task or per_task * limit, markers)
             return commit_job(
                 job,
                 results,
@@ -193,7 +166,41 @@ def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None
                 merges=functools.partial(_spark_merges, spark),
             )
     finally:
-        conn.leases.release(lease)
+        open_lake(opts.lake).leases.release(job.lease)
+
+
+def _weights(job: WriteJob, rows: list[int]) -> list[int]:
+    """The work of each group: its new rows, and its stored tablet's rows if it has new ones."""
+    return [
+        count + (g.tablet.count if g.tablet is not None and count else 0) + 1
+        for g, count in zip(job.groups, rows, strict=True)
+    ]
+
+
+# -- a bulk load: Spark's own range partitioning --------------------------------------
+
+#: Key codecs whose order is Spark's order of the key column (or its reverse).
+_SPARK_ORDERED = ("int", "float", "str", "bytes", "timestamp")
+
+
+def _ordered_like_spark(table: Table, key_type: pa.DataType) -> bool:
+    """Whether Spark's range partitioning on the key column cuts the table's key order."""
+    spec = table.spec.codec.spec
+    inner = spec[len("reverse(") : -1] if spec.startswith("reverse(") else spec
+    return inner in _SPARK_ORDERED and infer_key_codec_arrow(key_type).spec == inner
+
+
+def _write_ranged(df: DataFrame, job: WriteJob, key: str, partitions: int) -> list[GroupResult]:
+    """A bulk load: ``repartitionByRange`` on the key, each task writes its range's tablets.
+
+    Spark samples the keys itself (in the JVM) and sends each row once; the
+    ranges are disjoint in the table's key order, so the tasks' sorted runs
+    stack into one tree (the commit checks that they do not overlap).
+    """
+    ranged = df.repartitionByRange(partitions, key)
+    task = functools.partial(_write_task, job, False)
+    found = ranged.mapInArrow(task, _RESULTS).collect()
+    return [result for row in found for result in pickle.loads(row["results"])]
 
 
 # -- stage 1: sample ----------------------------------------------------------------
@@ -339,18 +346,16 @@ def _with_columns(
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _write_task(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    results = run_groups(job, batches, routed=True)
+def _write_task(
+    job: WriteJob, routed: bool, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    results = run_groups(job, batches, routed=routed)
     yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(results)], pa.binary())], ["results"])
 
 
 def _write(
-    df: DataFrame, job: WriteJob, rows: list[int], target: int, markers: bool
+    df: DataFrame, job: WriteJob, weights: list[int], target: int, markers: bool
 ) -> list[GroupResult]:
-    weights = [
-        count + (g.tablet.count if g.tablet is not None and count else 0) + 1
-        for g, count in zip(job.groups, rows, strict=True)
-    ]
     part_of = pack_groups(weights, target)
     partitions = max(part_of) + 1 if part_of else 1
     tags = partition_tags(partitions)
@@ -368,7 +373,7 @@ def _write(
         marker_schema = _nullable(to_arrow_schema(df.schema, timezone=zone))
     route_fn = functools.partial(_route_task, job, part_of, tags, marker_schema)
     routed = df.mapInArrow(route_fn, routed_schema).repartition(partitions, TAG)
-    found = routed.mapInArrow(functools.partial(_write_task, job), _RESULTS).collect()
+    found = routed.mapInArrow(functools.partial(_write_task, job, True), _RESULTS).collect()
     return [result for row in found for result in pickle.loads(row["results"])]
 
 

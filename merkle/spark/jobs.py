@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+from pyspark.sql.pandas.types import to_arrow_type
+from pyspark.sql.types import StructType
 
 from merkle.blocks.cid import CID
 from merkle.db.bulk import committed_table, lake_tables, replace_table, table_root
@@ -27,17 +29,19 @@ from merkle.db.database import Database
 from merkle.errors import ConflictError, UsageError
 from merkle.refs import Lease, WriterTicket
 from merkle.spark.lake import hold_lease, open_lake
-from merkle.spark.options import LakeRef
-from merkle.spark.types import from_spark
+from merkle.spark.options import LakeRef, WriteOptions
+from merkle.spark.types import cbor_fields_of, from_spark
 from merkle.tablets.bulk import (
     TabletInfo,
     WriteGroup,
     merge_leaves,
+    plan_groups,
     plan_merges,
     rewrite_group,
     route,
     splice,
 )
+from merkle.tablets.keys import infer_key_codec_arrow, key_codec
 from merkle.tablets.segment import concat_segments
 from merkle.tablets.table import Table
 
@@ -54,6 +58,8 @@ __all__ = [
     "local_merges",
     "plan_base",
     "run_groups",
+    "start_job",
+    "table_settings",
 ]
 
 #: Columns the shuffle adds to the rows: the write group, and whether the row is a marker.
@@ -160,9 +166,10 @@ def run_groups(
             else (concat_segments(parts, key_field=spec.key_field) if parts else empty)
         )
         ids = np.concatenate(id_parts) if id_parts else np.zeros(0, dtype=np.int64)
-        order = np.argsort(ids, kind="stable")
-        ids = ids[order]
-        rows = rows.take(pa.array(order))
+        if len(ids) and not (ids == ids[0]).all():  # one group (a bulk load): no reordering
+            order = np.argsort(ids, kind="stable")
+            ids = ids[order]
+            rows = rows.take(pa.array(order))
         cuts = np.flatnonzero(np.r_[True, ids[1:] != ids[:-1]]) if len(ids) else np.zeros(0, int)
         bounds = [*map(int, cuts), len(ids)]
         spans = {int(ids[a]): (a, b) for a, b in itertools.pairwise(bounds)}
@@ -341,3 +348,77 @@ def plan_base(
 
 def has_table(db: Database, table: str) -> bool:
     return table in db.list_tables()
+
+
+def table_settings(
+    opts: WriteOptions, schema: StructType, existing_key: str | None
+) -> TableSettings | None:
+    """The settings of a table the write creates (None: it exists), checked against ``schema``."""
+    names = schema.fieldNames()
+    if existing_key is not None:
+        if opts.key is not None and opts.key != existing_key:
+            raise UsageError(
+                f"table {opts.table!r} is keyed by {existing_key!r}, not by {opts.key!r}: "
+                "drop the key option or write to another table"
+            )
+        if existing_key not in names:
+            raise UsageError(
+                f"the DataFrame has no column {existing_key!r}, the key field of table "
+                f"{opts.table!r} (its columns: {', '.join(names)})"
+            )
+        return None
+    if not opts.key:
+        raise UsageError(
+            f"table {opts.table!r} does not exist in database {opts.db!r}: pass the option "
+            '"key" (the key field) to create it'
+        )
+    if opts.key not in names:
+        raise UsageError(
+            f"the key field {opts.key!r} is not a column of the DataFrame (its columns: "
+            f"{', '.join(names)})"
+        )
+    if opts.key_codec is not None:
+        codec = key_codec(opts.key_codec)
+    else:
+        codec = infer_key_codec_arrow(to_arrow_type(schema[opts.key].dataType))
+    return TableSettings(opts.key, codec.spec)
+
+
+def start_job(opts: WriteOptions, schema: StructType, mode: str) -> tuple[WriteJob, Base]:
+    """Plan a write of rows of ``schema`` on the head of ``opts.db``.
+
+    Takes the job's writer lease (the caller releases it when the job ends)
+    before the first block is written. A table that does not exist is
+    planned for creation, its rows replacing nothing (mode "replace").
+    """
+    conn = open_lake(opts.lake)
+    db = conn.open_db(opts.db)
+    existing = committed_table(db, opts.table).root.key_field if has_table(db, opts.table) else None
+    create = table_settings(opts, schema, existing)
+    if create is not None:
+        mode = "replace"
+    key_field = create.key if create is not None else existing
+    assert key_field is not None
+    key_type = to_arrow_type(schema[key_field].dataType)
+    lease = conn.leases.acquire_writer(opts.lease_ttl, db=opts.db)
+    try:
+        base = plan_base(conn, db, opts.table, lease, create, key_type)
+        whole = (WriteGroup(0, None, None, None),)
+        job = WriteJob(
+            lake=opts.lake,
+            lease=lease,
+            lease_ttl=opts.lease_ttl,
+            db=opts.db,
+            table=opts.table,
+            base_version=db.version,
+            table_root=base.root,
+            based_on=base.based_on,
+            groups=whole if mode == "replace" else tuple(plan_groups(base.table)),
+            mode=mode,
+            create=create,
+            cbor_fields=cbor_fields_of(schema),
+        )
+    except BaseException:
+        conn.leases.release(lease)
+        raise
+    return job, base

@@ -171,15 +171,7 @@ def read_slices(
     families = spec.families_for(fields)
     for i in range(0, len(slices), _PREFETCH):
         chunk = slices[i : i + _PREFETCH]
-        table.ts.segments(
-            [
-                cid
-                for piece in chunk
-                if piece.tablet is not None
-                for name, cid in table.ts.tablet(CID.parse(piece.tablet.cid)).segments.items()
-                if families is None or name in families
-            ]
-        )
+        table.prefetch([CID.parse(p.tablet.cid) for p in chunk if p.tablet is not None], families)
         for piece in chunk:
             ref = piece.tablet.ref() if piece.tablet is not None else None
             rows = tree.materialize(

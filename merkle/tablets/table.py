@@ -521,20 +521,23 @@ class Table:
         for i in range(0, len(plan), _PREFETCH):
             chunk = plan[i : i + _PREFETCH]
             # Fetch the segments of several leaves concurrently before materialising them.
-            self.ts.segments(
-                [
-                    cid
-                    for leaf in chunk
-                    if leaf.ref is not None
-                    for name, cid in self.ts.tablet(leaf.ref.cid).segments.items()
-                    if families is None or name in families
-                ]
-            )
+            self.prefetch([leaf.ref.cid for leaf in chunk if leaf.ref is not None], families)
             for leaf in chunk:
                 rows = tree.materialize(leaf, overlay, fields)
                 if reverse:
                     rows = rows.take(pa.array(np.arange(rows.num_rows - 1, -1, -1)))
                 yield rows
+
+    def prefetch(self, tablets: Sequence[CID], families: Sequence[str] | None) -> None:
+        """Fetch, verify and decode the segments of ``tablets`` (only ``families``) at once."""
+        self.ts.segments(
+            [
+                cid
+                for tablet in tablets
+                for name, cid in self.ts.tablet(tablet).segments.items()
+                if families is None or name in families
+            ]
+        )
 
     def to_arrow(
         self, *, fields: Sequence[str] | None = None, from_pk: Any = None, to_pk: Any = None

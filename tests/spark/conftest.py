@@ -36,22 +36,15 @@ def spark() -> Iterator[Any]:
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    from pyspark.sql import SparkSession
-
     import merkle.spark
 
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("merkle-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.default.parallelism", "2")
-        .config("spark.driver.memory", "1g")
-        .getOrCreate()
+    session = merkle.spark.local_session(
+        2,
+        "merkle-tests",
+        spark__sql__shuffle__partitions="4",
+        spark__default__parallelism="2",
+        spark__driver__memory="1g",
     )
-    session.sparkContext.setLogLevel("ERROR")
-    merkle.spark.register(session)
     try:
         yield session
     finally:
