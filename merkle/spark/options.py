@@ -31,8 +31,10 @@ __all__ = [
     "write_options",
 ]
 
-#: Bytes of tablets one read partition holds at most (Spark's maxPartitionBytes is 128 MiB).
-DEFAULT_PARTITION_BYTES = 128 << 20
+#: Bytes of tablets one read partition holds at most: about ten tablets of the default
+#: size. Smaller than Spark's maxPartitionBytes (128 MiB) because the data source cannot
+#: see how many cores there are, and a task decodes its tablets in one Python worker.
+DEFAULT_PARTITION_BYTES = 16 << 20
 #: Seconds a read's or write's lease lives without a running task renewing it.
 DEFAULT_LEASE_TTL = 900.0
 

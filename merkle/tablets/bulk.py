@@ -168,10 +168,9 @@ def read_slices(
     spec = table.spec
     tree = Tree(table.ts, spec)
     overlay = table.overlay()
-    families = spec.families_for(fields)
     for i in range(0, len(slices), _PREFETCH):
         chunk = slices[i : i + _PREFETCH]
-        table.prefetch([CID.parse(p.tablet.cid) for p in chunk if p.tablet is not None], families)
+        table.prefetch([CID.parse(p.tablet.cid) for p in chunk if p.tablet is not None], fields)
         for piece in chunk:
             ref = piece.tablet.ref() if piece.tablet is not None else None
             rows = tree.materialize(

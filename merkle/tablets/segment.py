@@ -28,6 +28,7 @@ import pyarrow as pa
 
 from merkle.errors import IntegrityError, UsageError
 from merkle.tablets.keys import KeyCodec
+from merkle.tablets.segschema import decode_segment_schema, schema_message_size
 
 __all__ = [
     "BASE_FAMILY",
@@ -43,14 +44,12 @@ __all__ = [
     "column_values",
     "concat_segments",
     "decode_segment",
-    "decode_segment_schema",
     "encode_segment",
     "is_cbor_field",
     "join_families",
     "normalize_arrow",
     "project",
     "records_to_arrow",
-    "schema_message_size",
     "split_families",
     "values_column",
 ]
@@ -521,10 +520,12 @@ def encode_segment(table: pa.Table, *, compression: Any = SEGMENT_CODEC) -> byte
     return bytes(sink.getvalue())
 
 
-def decode_segment(data: bytes) -> pa.Table:
+def decode_segment(data: bytes, columns: Collection[str] | None = None) -> pa.Table:
     """The table of segment block bytes (zero-copy when uncompressed).
 
-    IntegrityError when the bytes are not a complete one-batch Arrow IPC stream.
+    ``columns``: decode only the columns of these names (the others are not
+    even decompressed), in segment order. IntegrityError when the bytes are
+    not a complete one-batch Arrow IPC stream.
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise UsageError(f"decode_segment takes bytes, got {type(data).__name__}")
@@ -532,8 +533,14 @@ def decode_segment(data: bytes) -> pa.Table:
         raise IntegrityError(
             f"block of {len(data)} bytes is not a segment: it does not end like an Arrow IPC stream"
         )
+    options = None
+    if columns is not None:
+        schema = decode_segment_schema(bytes(data[: schema_message_size(bytes(data[:8]))]))
+        wanted = [i for i, field in enumerate(schema) if field.name in columns]
+        if len(wanted) < len(schema):
+            options = pa.ipc.IpcReadOptions(included_fields=wanted)
     try:
-        reader = pa.ipc.open_stream(pa.py_buffer(data))
+        reader = pa.ipc.open_stream(pa.py_buffer(data), options=options)
         batches = list(reader)
         table = pa.Table.from_batches(batches, schema=reader.schema)
         table.validate()
@@ -542,34 +549,6 @@ def decode_segment(data: bytes) -> pa.Table:
     if len(batches) != 1:
         raise IntegrityError(f"a segment holds one record batch, this block holds {len(batches)}")
     return table
-
-
-def schema_message_size(head: bytes) -> int:
-    """How many leading bytes of a segment block hold its schema (from its first 8 bytes).
-
-    A segment is an IPC stream, so its first message is the schema: a
-    continuation marker, the metadata length, then the metadata. Planners
-    read just these bytes to learn a segment's columns without its data.
-    """
-    if len(head) < 8 or head[:4] != b"\xff\xff\xff\xff":
-        raise IntegrityError("block does not start like an Arrow IPC stream: not a segment")
-    return 8 + int.from_bytes(head[4:8], "little")
-
-
-def decode_segment_schema(head: bytes) -> pa.Schema:
-    """The schema of a segment from the first :func:`schema_message_size` bytes of its block.
-
-    These bytes are not hash-checked (only whole blocks can be): use the
-    schema for planning, and read the block itself, verified, for data.
-    """
-    size = schema_message_size(head)
-    if len(head) < size:
-        raise UsageError(f"decode_segment_schema needs the first {size} bytes, got {len(head)}")
-    try:
-        message = pa.ipc.read_message(pa.BufferReader(pa.py_buffer(head[:size])))
-        return pa.ipc.read_schema(message)
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise IntegrityError(f"segment schema does not decode: {exc}") from None
 
 
 # -- families -----------------------------------------------------------------

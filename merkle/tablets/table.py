@@ -517,27 +517,30 @@ class Table:
         plan = tree.plan(self.data_ref(), overlay, start, stop)
         if reverse:
             plan.reverse()
-        families = self.spec.families_for(fields)
         for i in range(0, len(plan), _PREFETCH):
             chunk = plan[i : i + _PREFETCH]
             # Fetch the segments of several leaves concurrently before materialising them.
-            self.prefetch([leaf.ref.cid for leaf in chunk if leaf.ref is not None], families)
+            self.prefetch([leaf.ref.cid for leaf in chunk if leaf.ref is not None], fields)
             for leaf in chunk:
                 rows = tree.materialize(leaf, overlay, fields)
                 if reverse:
                     rows = rows.take(pa.array(np.arange(rows.num_rows - 1, -1, -1)))
                 yield rows
 
-    def prefetch(self, tablets: Sequence[CID], families: Sequence[str] | None) -> None:
-        """Fetch, verify and decode the segments of ``tablets`` (only ``families``) at once."""
-        self.ts.segments(
-            [
-                cid
-                for tablet in tablets
-                for name, cid in self.ts.tablet(tablet).segments.items()
-                if families is None or name in families
-            ]
-        )
+    def prefetch(self, tablets: Sequence[CID], fields: Sequence[str] | None) -> None:
+        """Fetch, verify and decode the segments ``fields`` needs of ``tablets``, at once."""
+        families = self.spec.families_for(fields)
+        cids = [
+            cid
+            for tablet in tablets
+            for name, cid in self.ts.tablet(tablet).segments.items()
+            if families is None or name in families
+        ]
+        if fields is None:
+            self.ts.segments(cids)
+        else:  # only the wanted columns are decompressed
+            columns = frozenset([self.root.key_field, *fields])
+            self.ts.segment_columns([(cid, columns) for cid in cids])
 
     def to_arrow(
         self, *, fields: Sequence[str] | None = None, from_pk: Any = None, to_pk: Any = None

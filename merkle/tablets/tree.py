@@ -106,7 +106,7 @@ class Tree:
         key_field, codec = self.spec.key_field, self.spec.codec
 
         def build() -> pa.Array:
-            base = self.ts.segment(tablet.segments[BASE])
+            (base,) = self.ts.segment_columns([(tablet.segments[BASE], frozenset([key_field]))])
             return combine(codec.encode_array(base.column(key_field)))
 
         return self.ts.key_index(cid, build)
@@ -123,7 +123,12 @@ class Tree:
         if BASE in names:
             names.remove(BASE)
         names.insert(0, BASE)
-        tables = self.ts.segments([tablet.segments[name] for name in names])
+        cids = [tablet.segments[name] for name in names]
+        if fields is None:
+            tables = self.ts.segments(cids)
+        else:  # decode only the wanted columns
+            columns = frozenset([self.spec.key_field, *fields])
+            tables = self.ts.segment_columns([(cid, columns) for cid in cids])
         if len(tables) == 1:
             table = tables[0]  # the base segment alone is already the whole row
         else:
