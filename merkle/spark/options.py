@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +22,7 @@ from merkle.tablets.keys import KeyCodec
 __all__ = [
     "DEFAULT_LEASE_TTL",
     "DEFAULT_PARTITION_BYTES",
+    "MIN_PARTITION_BYTES",
     "OWN_OPTIONS",
     "LakeRef",
     "ReadOptions",
@@ -31,10 +33,10 @@ __all__ = [
     "write_options",
 ]
 
-#: Bytes of tablets one read partition holds at most: about ten tablets of the default
-#: size. Smaller than Spark's maxPartitionBytes (128 MiB) because the data source cannot
-#: see how many cores there are, and a task decodes its tablets in one Python worker.
-DEFAULT_PARTITION_BYTES = 16 << 20
+#: Bytes of tablets one read partition holds at most (Spark's maxPartitionBytes).
+DEFAULT_PARTITION_BYTES = 128 << 20
+#: A partition is not made smaller than this to spread a small table (Spark's openCostInBytes).
+MIN_PARTITION_BYTES = 4 << 20
 #: Seconds a read's or write's lease lives without a running task renewing it.
 DEFAULT_LEASE_TTL = 900.0
 
@@ -54,6 +56,7 @@ OWN_OPTIONS = frozenset(
         "from_pk",
         "to_pk",
         "partition_bytes",
+        "min_partitions",
         "lease_ttl",
         "cache_bytes",
         "path",
@@ -132,6 +135,7 @@ class ReadOptions:
     from_pk: str | None
     to_pk: str | None
     partition_bytes: int
+    min_partitions: int
     lease_ttl: float
 
 
@@ -170,6 +174,9 @@ def read_options(options: Mapping[str, str]) -> ReadOptions:
         to_pk=options.get("to_pk"),
         partition_bytes=_number(
             "partition_bytes", str(options.get("partition_bytes", DEFAULT_PARTITION_BYTES)), int, 1
+        ),
+        min_partitions=_number(
+            "min_partitions", str(options.get("min_partitions", os.cpu_count() or 2)), int, 1
         ),
         lease_ttl=_number("lease_ttl", str(options.get("lease_ttl", DEFAULT_LEASE_TTL)), float, 1),
     )

@@ -33,7 +33,13 @@ from merkle.errors import NotFoundError, UsageError
 from merkle.refs import Lease
 from merkle.spark.filters import key_filters, pk_bounds
 from merkle.spark.lake import hold_lease, open_lake
-from merkle.spark.options import LakeRef, ReadOptions, parse_key, read_options
+from merkle.spark.options import (
+    MIN_PARTITION_BYTES,
+    LakeRef,
+    ReadOptions,
+    parse_key,
+    read_options,
+)
 from merkle.spark.types import RowConverter, check_schema, spark_schema
 from merkle.tablets.bulk import Slice, arrow_schema, plan_reads, read_slices
 from merkle.tablets.keys import key_codec
@@ -144,6 +150,7 @@ class MerkleReader(DataSourceReader):
         self.lake: LakeRef = read.lake
         self.ttl = read.lease_ttl
         self.partition_bytes = read.partition_bytes
+        self.min_partitions = read.min_partitions
         self.table_root = resolved.table_root
         self.key_field = resolved.key_field
         codec = key_codec(resolved.key_codec)
@@ -166,7 +173,12 @@ class MerkleReader(DataSourceReader):
         return Table.load(open_lake(self.lake).tables, CID.parse(self.table_root))
 
     def partitions(self) -> list[InputPartition]:
-        plan = plan_reads(self._table(), target_bytes=self.partition_bytes, keys=self.keys)
+        # As Spark sizes file splits: at most partition_bytes, but small enough that
+        # min_partitions tasks share the table, and not below the cost of opening one.
+        table = self._table()
+        spread = (table.size or 0) // self.min_partitions
+        target = min(self.partition_bytes, max(MIN_PARTITION_BYTES, spread))
+        plan = plan_reads(table, target_bytes=target, keys=self.keys)
         return [MerklePartition(slices) for slices in plan]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
