@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 LAKE   ?= $(CURDIR)/lake
 
-.PHONY: demo test lint bench clean java
+.PHONY: demo test lint bench crash fuzz clean java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -15,8 +15,10 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 	touch $@
 
-$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+$(VENV)/.test-installed: pyproject.toml tools/ipld-car/package-lock.json | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[test,spark]'
+	# The IPLD project's JavaScript CAR reader, for the CAR export tests (skipped without npm).
+	if command -v npm >/dev/null; then npm ci --prefix tools/ipld-car --no-audit --no-fund --silent; fi
 	touch $@
 
 $(VENV)/.bench-installed: pyproject.toml | $(BIN)/python
@@ -44,6 +46,15 @@ test: lint java
 
 bench: $(VENV)/.bench-installed
 	$(BIN)/python -m bench
+
+# The long reliability runs (doc/reliability.md): SIGKILL crash trials, and decoder fuzzing.
+TRIALS ?= 200
+crash: $(VENV)/.test-installed
+	cd tests && $(CURDIR)/$(BIN)/python -m reliability.crash --trials $(TRIALS)
+
+FUZZ_EXAMPLES ?= 20000
+fuzz: $(VENV)/.test-installed
+	MERKLE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest tests/reliability/test_decoders.py -q
 
 clean:
 	rm -rf $(VENV) lake .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -13,7 +13,19 @@ S3. Start with :func:`connect`::
 from merkle import errors
 from merkle.db import Connection, Database, connect
 from merkle.gc import gc, verify  # after the package import: `merkle.gc` is the function
+from merkle.tablets.schema import free_field
+from merkle.transfer import sync
 
 __version__ = "0.1.0"
 
-__all__ = ["Connection", "Database", "__version__", "connect", "errors", "gc", "verify"]
+__all__ = [
+    "Connection",
+    "Database",
+    "__version__",
+    "connect",
+    "errors",
+    "free_field",
+    "gc",
+    "sync",
+    "verify",
+]

@@ -12,8 +12,10 @@ __all__ = [
     "CommitIndeterminateError",
     "ConflictError",
     "IntegrityError",
+    "MergeConflictError",
     "MerkleError",
     "NotFoundError",
+    "SchemaError",
     "StorageError",
     "UsageError",
 ]
@@ -35,8 +37,39 @@ class UsageError(MerkleError, ValueError):
     """The caller passed something invalid: a bad name, URI, key, value or option."""
 
 
+class SchemaError(UsageError):
+    """A value or column does not fit a table's schema, or a schema change breaks its rules.
+
+    The message names the table, the field, the record's key and the value,
+    and says how to make it fit (widen the field, declare it schema-free, or
+    fix the data).
+    """
+
+
 class ConflictError(MerkleError):
     """A compare-and-set lost against another writer and could not be replayed."""
+
+
+class MergeConflictError(ConflictError):
+    """A merge found changes that it may not combine; nothing was committed.
+
+    ``conflicts`` maps each table to a ``pyarrow.Table`` of the keys changed
+    differently on both sides, with the columns ``key``, ``base``, ``ours``
+    and ``theirs`` (structs of the records' fields; null where a side has no
+    record). ``table_conflicts`` maps a table (or ``""`` for the database
+    metadata) to why it cannot be merged key by key (dropped on one side and
+    changed on the other, re-keyed, settings changed differently).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        conflicts: dict[str, object] | None = None,
+        table_conflicts: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.conflicts = dict(conflicts or {})
+        self.table_conflicts = dict(table_conflicts or {})
 
 
 class CommitIndeterminateError(MerkleError):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import io
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, Final
 
 import cbor2
@@ -203,11 +203,19 @@ def links_of(cid: CID, data: bytes) -> list[CID]:
     raise IntegrityError(f"block {cid} has codec {codec:#x}, which merkle-db cannot walk")
 
 
-def check_node(node: Any, expected_type: str, *, where: object = None) -> dict[str, Any]:
+def check_node(
+    node: Any,
+    expected_type: str,
+    *,
+    where: object = None,
+    versions: Collection[int] = (NODE_VERSION,),
+) -> dict[str, Any]:
     """Return ``node`` if it is a dict of ``type`` ``expected_type`` and a known version.
 
     Readers call this on every typed node, so a block of another kind or of a
     newer format is a clear :class:`IntegrityError` instead of a wrong answer.
+    ``versions`` lists the format versions the caller reads (a node type whose
+    layout grew a version reads the old ones too).
     """
     label = f" {where}" if where is not None else ""
     if not isinstance(node, dict):
@@ -216,9 +224,10 @@ def check_node(node: Any, expected_type: str, *, where: object = None) -> dict[s
     if found != expected_type:
         raise IntegrityError(f"node{label} has type {found!r}, expected {expected_type!r}")
     version = node.get("v")
-    if version != NODE_VERSION:
+    if version not in versions or isinstance(version, bool):
+        known = " and ".join(str(v) for v in sorted(versions))
         raise IntegrityError(
             f"node{label} of type {expected_type} has format version {version!r}; this "
-            f"merkle-db reads version {NODE_VERSION}: upgrade merkle-db to read it"
+            f"merkle-db reads version {known}: upgrade merkle-db to read it"
         )
     return node

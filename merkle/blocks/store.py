@@ -127,7 +127,12 @@ class BlockStore:
             present: list[bool] = self.store.map_bulk(
                 lambda key: self._refresh(key, refresh_before), keys
             )
-            missing = [key for key, found in zip(keys, present, strict=True) if not found]
+            found = [key for key, there in zip(keys, present, strict=True) if there]
+            missing = [key for key, there in zip(keys, present, strict=True) if not there]
+            if found:
+                # Perhaps written by another process that has not made them durable yet:
+                # what this caller commits next must not outlive them.
+                self.store.make_durable(found)
             if missing:
                 self.store.put_many((key, pending[key]) for key in missing)
 
@@ -143,6 +148,20 @@ class BlockStore:
             except NotFoundError:
                 return False  # deleted between stat and touch: write it again
         return True
+
+    def present(self, cids: Sequence[CID], *, refresh_before: float | None) -> list[bool]:
+        """Whether each block is stored, refreshing the timestamps of old ones.
+
+        A writer that relies on a block it did not write (a copy that skips
+        blocks the destination holds) calls this under its writer lease with
+        ``refresh_before=lease.start``, exactly as a put of an existing block
+        would: a collection then spares what was found.
+        """
+        keys = [self.key(cid) for cid in cids]
+        found: list[bool] = self.store.map_bulk(
+            lambda key: self._refresh(key, refresh_before), keys
+        )
+        return found
 
     def delete(self, cid: CID) -> None:
         """Remove a block (GC only: a referenced block must never be deleted)."""

@@ -172,13 +172,14 @@ def open_db(name: str, version: int | None = None, at: datetime | None = None) -
     return connection().open_db(name, version=version, at=at)
 
 
-def table_key(db: merkle.Database, table: str) -> tuple[str, str | None]:
-    """The key field of ``table`` and its key codec spec (None until the first write).
+def table_key(db: merkle.Database, table: str) -> tuple[list[str], str | None]:
+    """The key fields of ``table`` and its key codec spec (None until the first write).
 
     NotFoundError (exit 1) when the table does not exist, before any output.
     """
     info = db.describe_table(table)
-    return info["key"], info["key_codec"]
+    key = info["key"]
+    return ([key] if isinstance(key, str) else list(key)), info["key_codec"]
 
 
 # -- writing -------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from merkle.cli.common import (
     version_options,
 )
 from merkle.cli.output import emit_record, emit_rows, format_option
+from merkle.db.diff import commit_counts
 
 __all__ = ["db"]
 
@@ -102,19 +103,51 @@ def describe(name: str, version: int | None, at: datetime | None, fmt: str | Non
     metavar="N",
     help="Show at most N versions.",
 )
+@click.option(
+    "--no-counts",
+    is_flag=True,
+    help="Do not count the records each version changed (they cost a diff per version).",
+)
 @format_option
-def log(name: str, limit: int | None, fmt: str | None) -> None:
-    """The committed versions of database NAME, newest first (drops show an empty root)."""
-    entries = connection().history(name, limit)
+def log(name: str, limit: int | None, no_counts: bool, fmt: str | None) -> None:
+    """The committed versions of database NAME, newest first (drops show an empty root).
+
+    ``changes`` counts the records each version inserted (+), updated (~)
+    and deleted (-), against its parent; a merge shows both parents.
+    """
+    conn = connection()
+    entries = conn.history(name, limit)
+
+    def changes(entry: Any) -> str | None:
+        counts = None if no_counts else commit_counts(conn, entry)
+        if counts is None:
+            return None
+        return f"+{counts.inserted} ~{counts.updated} -{counts.deleted}"
+
     rows = (
         {
             "version": entry.version,
             "time": entry.time,
             "author": entry.author,
             "message": entry.message,
+            "changes": changes(entry),
             "root": entry.root,
             "forked_from": entry.forked_from,
+            "merged_from": entry.merged_from,
         }
         for entry in entries
     )
-    emit_rows(rows, fmt, columns=["version", "time", "author", "message", "root", "forked_from"])
+    emit_rows(
+        rows,
+        fmt,
+        columns=[
+            "version",
+            "time",
+            "author",
+            "message",
+            "changes",
+            "root",
+            "forked_from",
+            "merged_from",
+        ],
+    )

@@ -57,7 +57,7 @@ def split_spec(spec: str) -> tuple[str, list[str]]:
     return name, args
 
 
-def _from_text(text: str, spec: str) -> Any:
+def _from_text(text: str, spec: str, prefix: bool = False) -> Any:
     name, args = split_spec(spec)
     if name == "reverse":
         return _from_text(text, args[0])
@@ -97,7 +97,7 @@ def _from_text(text: str, spec: str) -> Any:
             raise _BadKeyError(
                 f"expected a JSON array of {len(args)} items such as {_example(args)}"
             )
-        return _from_items(items, args)
+        return _from_items(items, args, prefix)
     raise _BadKeyError(f"the command line cannot parse keys of codec {spec!r}")
 
 
@@ -115,10 +115,12 @@ def _from_json(item: Any, spec: str) -> Any:
     raise _BadKeyError(f"{json.dumps(item)} is not a {spec} component")
 
 
-def _from_items(items: list[Any], specs: list[str]) -> tuple[Any, ...]:
-    if len(items) != len(specs):
+def _from_items(items: list[Any], specs: list[str], prefix: bool = False) -> tuple[Any, ...]:
+    if len(items) != len(specs) and not (prefix and 0 < len(items) < len(specs)):
         raise _BadKeyError(f"expected {len(specs)} items, got {len(items)}")
-    return tuple(_from_json(item, spec) for item, spec in zip(items, specs, strict=True))
+    return tuple(
+        _from_json(item, spec) for item, spec in zip(items, specs[: len(items)], strict=True)
+    )
 
 
 def _example(specs: list[str]) -> str:
@@ -133,7 +135,7 @@ def _example(specs: list[str]) -> str:
     return "[" + ", ".join(parts) + "]"
 
 
-def parse_key(text: str, spec: str | None) -> Any:
+def parse_key(text: str, spec: str | None, *, prefix: bool = False) -> Any:
     """The key value ``text`` stands for under codec ``spec``.
 
     ``spec`` None means the table has no codec yet (nothing was ever written):
@@ -142,8 +144,11 @@ def parse_key(text: str, spec: str | None) -> Any:
     if spec is None:
         return text
     try:
-        value = _from_text(text, spec)
-        return key_codec(spec).normalize(value)
+        value = _from_text(text, spec, prefix)
+        codec = key_codec(spec)
+        if prefix and codec.encode_prefix(value) is not None:
+            return value  # a key prefix: a bound for scans of a composite key
+        return codec.normalize(value)
     except _BadKeyError as exc:
         reason = str(exc)
     except UsageError as exc:

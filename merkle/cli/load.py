@@ -1,164 +1,120 @@
 """``merkle load``: stream CSV, JSON Lines or Parquet files into a table, one commit.
 
-Files are read by pyarrow's streaming readers (``pyarrow.csv.open_csv``,
-``pyarrow.json.open_json``, ``pyarrow.parquet.ParquetFile.iter_batches``) and
+Files are read by pyarrow's streaming readers (``merkle.cli.sources``) and
 each Arrow record batch goes to ``Database.write`` as it is: no per-row
-Python. Gzip, bz2, zstd and lz4 files (by extension) are decompressed on the
-fly; ``-`` reads CSV or JSON Lines from stdin. When the table's key codec is
-known (an existing table, or ``--key-codec``), the key column is read as that
-codec's Arrow type, so "007" stays a string key in a ``str`` table.
+Python except the duplicate-key check. Gzip, bz2, zstd and lz4 files (by
+extension) are decompressed on the fly; ``-`` reads CSV or JSON Lines from
+stdin. When the table's key codec is known (an existing table, or
+``--key-codec``), the key column is read as that codec's Arrow type, so
+"007" stays a string key in a ``str`` table. A key that occurs twice in one
+load is an error unless ``--on-duplicate first|last`` says which row wins
+(then the rows dropped are counted in the summary line).
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import IO, Any
+from dataclasses import replace
+from typing import Any
 
 import click
 import pyarrow as pa
-import pyarrow.csv as pacsv
-import pyarrow.json as pajson
-import pyarrow.parquet as pq
 
 from merkle.cli.common import CliError, commit_options, open_db, say, table_key
+from merkle.cli.sources import (
+    INPUT_FORMATS,
+    ReadOptions,
+    Source,
+    check_content,
+    detect_format,
+    key_values,
+    locate_csv_error,
+    parse_types,
+    peek_types,
+    read_batches,
+)
 from merkle.errors import MerkleError
 from merkle.tablets.keys import key_codec as codec_of
+from merkle.tablets.schema import is_free
 
 __all__ = ["INPUT_FORMATS", "detect_format", "load"]
 
-#: Input formats, and the file extensions that select them.
-INPUT_FORMATS = {"csv": (".csv",), "jsonl": (".jsonl", ".ndjson"), "parquet": (".parquet", ".pq")}
-#: Compressed files, by extension: the Arrow codec that reads them.
-_COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
-#: Bytes per block of the CSV and JSON readers (one record batch each).
-_BLOCK_SIZE = 4 << 20
+#: What ``--on-duplicate`` may say.
+DUPLICATE_POLICIES = ("error", "first", "last")
 
 
-def _split_compression(path: str) -> tuple[str, str | None]:
-    """``path`` without a compression extension, and the Arrow codec of that extension."""
-    root, ext = os.path.splitext(path)
-    codec = _COMPRESSION.get(ext.lower())
-    return (root, codec) if codec else (path, None)
-
-
-def detect_format(path: str, given: str | None) -> str:
-    """The input format of ``path``: ``given``, else from its extension (CliError if unknown)."""
-    if given is not None:
-        return given
-    if path == "-":
-        raise CliError("reading stdin needs --format csv or --format jsonl")
-    name, _ = _split_compression(path)
-    ext = os.path.splitext(name)[1].lower()
-    for fmt, extensions in INPUT_FORMATS.items():
-        if ext in extensions:
-            return fmt
-    known = ", ".join(e for exts in INPUT_FORMATS.values() for e in exts)
-    raise CliError(
-        f"cannot tell the format of {path} from its extension ({known}): "
-        "pass --format csv, jsonl or parquet"
-    )
-
-
-class _CountingReader:
-    """A binary file that counts the bytes read from it (for the progress bar)."""
-
-    def __init__(self, raw: IO[bytes]) -> None:
-        self.raw = raw
-        self.count = 0
-        self.closed = False
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.raw.read(size)
-        self.count += len(data)
-        return data
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        self.closed = True
-
-
-@dataclass
-class _Source:
-    """One input file being read: its record batches and how many bytes were consumed."""
-
-    path: str
-    fmt: str
-    size: int
-    counter: _CountingReader | None = None
-    parquet: pq.ParquetFile | None = None
-
-    def consumed(self, rows_read: int) -> int:
-        if self.parquet is not None:
-            total = self.parquet.metadata.num_rows
-            return self.size * rows_read // total if total else self.size
-        return self.counter.count if self.counter is not None else 0
-
-
-def _open_text(path: str) -> tuple[Any, _CountingReader]:
-    """An Arrow input stream over ``path`` (or stdin), decompressed by extension."""
-    raw: IO[bytes] = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
-    counter = _CountingReader(raw)
-    stream: Any = pa.PythonFile(counter, mode="r")
-    codec = _split_compression(path)[1] if path != "-" else None
-    if codec is not None:
-        stream = pa.CompressedInputStream(stream, codec)
-    return stream, counter
-
-
-def _batches(
-    source: _Source, key_field: str, key_type: pa.DataType | None
-) -> Iterator[pa.RecordBatch]:
-    """The record batches of one file."""
-    if source.fmt == "parquet":
-        if source.path == "-":
-            raise CliError("parquet cannot be read from stdin: name the file")
-        source.parquet = pq.ParquetFile(source.path)
-        try:
-            yield from source.parquet.iter_batches(batch_size=65536)
-        finally:
-            source.parquet.close()
-        return
-    stream, source.counter = _open_text(source.path)
-    try:
-        if source.fmt == "csv":
-            forced = key_type is not None and not pa.types.is_timestamp(key_type)
-            convert = pacsv.ConvertOptions(
-                column_types={key_field: key_type} if forced else None,
-                strings_can_be_null=True,  # an empty cell is no value: the field is absent
-            )
-            reader = pacsv.open_csv(
-                stream,
-                read_options=pacsv.ReadOptions(block_size=_BLOCK_SIZE),
-                convert_options=convert,
-            )
-        else:
-            parse = pajson.ParseOptions(
-                explicit_schema=pa.schema([(key_field, key_type)]) if key_type else None,
-                unexpected_field_behavior="infer",
-            )
-            reader = pajson.open_json(
-                stream, read_options=pajson.ReadOptions(block_size=_BLOCK_SIZE), parse_options=parse
-            )
-        yield from reader
-    finally:
-        if source.path != "-":
-            source.counter.raw.close()
-
-
-def _key_type(spec: str | None) -> pa.DataType | None:
-    """The Arrow type the key column is read as: the codec's, for a scalar codec."""
+def _key_types(spec: str | None, key_fields: list[str]) -> dict[str, pa.DataType]:
+    """The Arrow types the key columns are read as: the codec's (timestamps left to the reader)."""
     if spec is None:
-        return None
+        return {}
     arrow_type = codec_of(spec).arrow_type
-    return None if pa.types.is_struct(arrow_type) else arrow_type
+    types = [arrow_type] if len(key_fields) == 1 else [f.type for f in arrow_type]
+    if len(key_fields) == 1 and pa.types.is_struct(arrow_type):
+        return {}  # a tuple-valued key field: read as the file has it
+    return {
+        name: kind
+        for name, kind in zip(key_fields, types, strict=True)
+        if not pa.types.is_timestamp(kind)
+    }
+
+
+def _schema_types(schema: pa.Schema | None) -> dict[str, pa.DataType]:
+    """The table's field types that the readers parse directly (numbers, strings, dates)."""
+    if schema is None:
+        return {}
+    plain = (
+        pa.types.is_integer,
+        pa.types.is_floating,
+        pa.types.is_decimal,
+        pa.types.is_string,
+        pa.types.is_boolean,
+        pa.types.is_date,
+    )
+    return {
+        f.name: f.type for f in schema if any(check(f.type) for check in plain) and not is_free(f)
+    }
+
+
+class _Duplicates:
+    """Keys seen in this load, and the rows dropped (or refused) because a key came again."""
+
+    def __init__(self, policy: str, key_fields: list[str]) -> None:
+        self.policy = policy
+        self.key_fields = key_fields
+        self.seen: dict[Any, str] = {}  # key -> where it was first read
+        self.dropped = 0
+
+    def filter(self, batch: pa.RecordBatch, path: str, first_row: int) -> pa.RecordBatch:
+        for name in self.key_fields:
+            if name not in batch.schema.names:
+                raise CliError(
+                    f"{path} has no column {name!r}, a key field (columns: {batch.schema.names})"
+                )
+        keys = key_values(batch, self.key_fields)
+        keep = []
+        for i, value in enumerate(keys):
+            if isinstance(value, str) and not value:
+                raise CliError(f"{path}: row {first_row + i}: the key {self._label()} is empty")
+            where = self.seen.get(value)
+            if where is None:
+                self.seen[value] = f"{path} row {first_row + i}"
+                keep.append(True)
+                continue
+            if self.policy == "error":
+                raise CliError(
+                    f"{path}: row {first_row + i}: key {value!r} was already read at {where}; "
+                    "a load writes each key once: pass --on-duplicate first or last to choose "
+                    "which row wins"
+                )
+            self.dropped += 1
+            keep.append(self.policy == "last")
+        if self.policy == "first" and not all(keep):
+            return batch.filter(pa.array(keep))
+        return batch
+
+    def _label(self) -> str:
+        return repr(self.key_fields[0]) if len(self.key_fields) == 1 else repr(self.key_fields)
 
 
 class _Progress:
@@ -212,10 +168,11 @@ def _describe_files(paths: tuple[str, ...]) -> str:
 )
 @click.option(
     "--key",
-    "key",
-    default=None,
+    "keys",
+    multiple=True,
     metavar="FIELD",
-    help="The primary-key field (needed when the table does not exist yet).",
+    help="The primary-key field (needed when the table does not exist yet). A key of "
+    "several fields: --key a,b or --key a --key b.",
 )
 @click.option(
     "--key-codec",
@@ -231,14 +188,44 @@ def _describe_files(paths: tuple[str, ...]) -> str:
     default=None,
     help="Input format (default: from each file's extension).",
 )
+@click.option(
+    "--delimiter",
+    default=None,
+    metavar="CHAR",
+    help="CSV field delimiter (default ',', or tab for .tsv files; 'tab' or '\\t' for tab).",
+)
+@click.option(
+    "--null-values",
+    default=None,
+    metavar="A,B",
+    help="CSV cells that mean no value, besides the empty cell (never applied to the key).",
+)
+@click.option(
+    "--column-types",
+    "--schema",
+    "column_types",
+    default=None,
+    metavar="NAME:TYPE,...",
+    help="Arrow types of columns, e.g. id:int32,amount:decimal128(10,2) (default: inferred).",
+)
+@click.option(
+    "--on-duplicate",
+    type=click.Choice(DUPLICATE_POLICIES),
+    default="error",
+    help="A key read twice: an error (default), or the first or last row wins.",
+)
 @commit_options
 def load(
     db: str,
     table: str,
     files: tuple[str, ...],
-    key: str | None,
+    keys: tuple[str, ...],
     key_codec: str | None,
     fmt: str | None,
+    delimiter: str | None,
+    null_values: str | None,
+    column_types: str | None,
+    on_duplicate: str,
     message: str | None,
     author: str | None,
 ) -> None:
@@ -248,42 +235,74 @@ def load(
     when it does not exist. A progress bar shows on a terminal.
     """
     formats = [detect_format(path, fmt) for path in files]
+    for path, f in zip(files, formats, strict=True):
+        check_content(path, f)
+    key = [name.strip() for text in keys for name in text.split(",")]
+    if any(not name for name in key):
+        raise CliError(f"--key {','.join(keys)!r} has an empty field name")
     database = open_db(db)
+    base_version = database.version
     created = table not in database.list_tables()
     if created:
-        if key is None:
+        if not key:
             raise CliError(
                 f"table {table!r} does not exist in database {db!r}: pass --key FIELD to create it"
             )
-        database = database.create_table(table, key=key, key_codec=key_codec)
-    key_field, spec = table_key(database, table)
-    if key is not None and key != key_field:
-        raise CliError(f"table {table!r} is keyed by {key_field!r}, not {key!r}")
+        database = database.create_table(
+            table, key=key[0] if len(key) == 1 else key, key_codec=key_codec
+        )
+    key_fields, spec = table_key(database, table)
+    if key and key != key_fields:
+        raise CliError(f"table {table!r} is keyed by {_show(key_fields)}, not {_show(key)}")
     if not created and key_codec is not None and codec_of(key_codec).spec != spec:
         raise CliError(
             f"table {table!r} exists with key codec {spec or 'none yet'}; --key-codec "
             "only applies when load creates the table"
         )
-    key_type = _key_type(spec)
+    delimiter = "\t" if delimiter in ("tab", "\\t") else delimiter
+    if delimiter is not None and len(delimiter) != 1:
+        raise CliError(f"--delimiter must be one character, got {delimiter!r}")
+    # An empty cell is always no value; --null-values adds to it.
+    nulls = ("", *(v for v in (null_values or "").split(",") if v))
+    types = {**_schema_types(database.describe_table(table)["schema"]), **parse_types(column_types)}
+    options = ReadOptions(tuple(key_fields), _key_types(spec, key_fields), types, delimiter, nulls)
     sources = [
-        _Source(path, f, 0 if path == "-" else os.path.getsize(path))
+        Source(path, f, 0 if path == "-" else os.path.getsize(path))
         for path, f in zip(files, formats, strict=True)
     ]
+    unknown = [name for name in key_fields if name not in options.key_types]
+    if unknown and nulls != ("",) and sources:
+        # A new key: learn its type without null values, so they never touch it.
+        learned = peek_types(sources[0], options, unknown)
+        options = replace(options, key_types={**options.key_types, **learned})
+    duplicates = _Duplicates(on_duplicate, key_fields)
     rows = 0
     with _Progress(sum(s.size for s in sources)) as progress:
         before = 0
         for source in sources:
             read = 0
+            schema: pa.Schema | None = None
             try:
-                for batch in _batches(source, key_field, key_type):
-                    if batch.num_rows:
-                        database = database.write(table, batch)
-                        read += batch.num_rows
+                for batch in read_batches(source, options):
+                    schema = batch.schema
+                    kept = duplicates.filter(batch, source.path, read + 1)
+                    if kept.num_rows:
+                        database = database.write(table, kept)
+                    read += batch.num_rows
                     progress.advance(batch.num_rows, before + source.consumed(read))
             except (pa.ArrowException, OSError) as exc:
-                raise CliError(f"cannot read {source.path} as {source.fmt}: {exc}") from None
+                expected = {**options.column_types, **options.key_types}
+                if schema is not None:
+                    expected = {**{f.name: f.type for f in schema}, **expected}
+                where = locate_csv_error(source, options, expected)
+                raise CliError(
+                    f"cannot read {source.path} as {source.fmt}: "
+                    + (where if where else f"{_short(exc)} (after row {read})")
+                ) from None
             except MerkleError as exc:
-                raise CliError(f"{source.path}: {exc}") from None
+                raise CliError(
+                    f"{source.path}, rows {read + 1}-{read + batch.num_rows}: {exc}"
+                ) from None
             rows += read
             before += source.size
     if not database.dirty:
@@ -293,4 +312,28 @@ def load(
         message=message or f"load {rows} rows into {table} from {_describe_files(files)}",
         author=author,
     )
-    say(f"loaded {rows:,} rows into {db}.{table} (version {done.version})")
+    if done.version == base_version and not created:
+        say(
+            f"no change: {db}.{table} already holds these {rows:,} rows "
+            f"(still version {done.version})"
+        )
+        return
+    dropped = duplicates.dropped
+    note = ""
+    if dropped:
+        winner = "first" if on_duplicate == "first" else "last"
+        note = (
+            f"; {dropped:,} rows repeated a key and were dropped (the {winner} row of each key won)"
+        )
+    say(f"loaded {rows - dropped:,} rows into {db}.{table} (version {done.version}){note}")
+
+
+def _show(fields: list[str]) -> str:
+    return repr(fields[0]) if len(fields) == 1 else repr(fields)
+
+
+def _short(exc: BaseException) -> str:
+    """An Arrow error on one printable line, without the bytes it quotes."""
+    text = " ".join(str(exc).split())
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -21,6 +21,7 @@ from merkle.cli.gc import gc, verify
 from merkle.cli.load import load
 from merkle.cli.read import get, scan
 from merkle.cli.table import table
+from merkle.cli.versions import COMMANDS as VERSION_COMMANDS
 
 __all__ = ["COMMANDS", "cli", "main"]
 
@@ -57,7 +58,17 @@ def cli(ctx: click.Context, lake: str | None, options: dict[str, object]) -> Non
 
 #: Every subcommand of ``merkle``, in the order ``merkle --help`` lists them
 #: (click sorts them by name).
-COMMANDS: list[click.Command] = [db, table, load, scan, get, compact, gc, verify]
+COMMANDS: list[click.Command] = [
+    db,
+    table,
+    load,
+    scan,
+    get,
+    compact,
+    gc,
+    verify,
+    *VERSION_COMMANDS,
+]
 
 for _command in COMMANDS:
     cli.add_command(_command)

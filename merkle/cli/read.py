@@ -59,17 +59,17 @@ def scan(
     """
     names = parse_fields(fields)
     database = open_db(db, version, at)
-    key_field, spec = table_key(database, table)
+    key_fields, spec = table_key(database, table)
     records = database.scan(
         table,
         fields=names,
-        from_pk=None if from_key is None else parse_key(from_key, spec),
-        to_pk=None if to_key is None else parse_key(to_key, spec),
+        from_pk=None if from_key is None else parse_key(from_key, spec, prefix=True),
+        to_pk=None if to_key is None else parse_key(to_key, spec, prefix=True),
         offset=offset,
         limit=limit,
         reverse=reverse,
     )
-    emit_rows(records, fmt, columns=[key_field, *(names or ())])
+    emit_rows(records, fmt, columns=[*key_fields, *(names or ())])
 
 
 @click.command(short_help="The records of some keys.")
@@ -101,13 +101,13 @@ def get(
     """
     names = parse_fields(fields)
     database = open_db(db, version, at)
-    key_field, spec = table_key(database, table)
+    key_fields, spec = table_key(database, table)
     wanted = list(dict.fromkeys(parse_keys(keys, spec)))
     found = database.get_records(table, wanted, fields=names)
     emit_rows(
         (found[key] for key in wanted if key in found),
         fmt,
-        columns=[key_field, *(names or ())],
+        columns=[*key_fields, *(names or ())],
     )
     missing = [key for key in wanted if key not in found]
     if missing:

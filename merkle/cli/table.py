@@ -6,8 +6,10 @@ from datetime import datetime
 from typing import Any
 
 import click
+import pyarrow as pa
 
 from merkle.cli.common import (
+    CliError,
     MerkleGroup,
     commit_options,
     json_option,
@@ -16,13 +18,15 @@ from merkle.cli.common import (
     version_options,
 )
 from merkle.cli.output import emit_record, emit_rows, format_option
+from merkle.cli.sources import parse_types
+from merkle.tablets.schema import is_free
 
-__all__ = ["parse_family", "table"]
+__all__ = ["parse_family", "show_schema", "split_names", "table"]
 
 
 @click.group(cls=MerkleGroup)
 def table() -> None:
-    """Tables of a database: list, create, describe, drop."""
+    """Tables of a database: list, create, describe, alter, drop."""
 
 
 @table.command("list")
@@ -63,7 +67,14 @@ def _families(
 @table.command("create")
 @click.argument("db")
 @click.argument("name")
-@click.option("--key", "key", required=True, metavar="FIELD", help="The primary-key field.")
+@click.option(
+    "--key",
+    "keys",
+    required=True,
+    multiple=True,
+    metavar="FIELD",
+    help="The primary-key field; several (--key a,b or --key a --key b) make a composite key.",
+)
 @click.option(
     "--key-codec",
     default=None,
@@ -103,29 +114,52 @@ def _families(
     metavar="PCT",
     help="...and above PCT percent of the table's records (default 50).",
 )
+@click.option(
+    "--schema",
+    default=None,
+    metavar="NAME:TYPE,...",
+    help="Declare fields and their Arrow types, e.g. id:int32,amount:decimal128(10,2) "
+    "(default: the first write decides).",
+)
+@click.option(
+    "--schema-free",
+    "schema_free",
+    default=None,
+    metavar="A,B|all",
+    help="Schema-free fields (any value, stored as CBOR); 'all' for every undeclared field.",
+)
 @json_option("--metadata", "Metadata of the table, as JSON.")
 @commit_options
 def create(
     db: str,
     name: str,
-    key: str,
+    keys: tuple[str, ...],
     key_codec: str | None,
     families: dict[str, list[str]] | None,
     tablet_size_limit: int | None,
     branching_factor: int | None,
     patch_limit: int | None,
     patch_share: int | None,
+    schema: str | None,
+    schema_free: str | None,
     metadata: Any,
     message: str | None,
     author: str | None,
 ) -> None:
     """Create table NAME in database DB, keyed by --key FIELD."""
+    key = split_names(keys, "--key")
+    free: bool | list[str] = False
+    if schema_free is not None:
+        free = True if schema_free == "all" else split_names((schema_free,), "--schema-free")
+    declared = parse_types(schema)
     done = (
         open_db(db)
         .create_table(
             name,
-            key=key,
+            key=key[0] if len(key) == 1 else key,
             key_codec=key_codec,
+            schema=pa.schema(list(declared.items())) if declared else None,
+            schema_free=free,
             families=families,
             metadata=metadata,
             tablet_size_limit=tablet_size_limit,
@@ -133,7 +167,7 @@ def create(
             patch_limit=patch_limit,
             patch_share=patch_share,
         )
-        .commit(message=message or f"create table {name} (key {key})", author=author)
+        .commit(message=message or f"create table {name} (key {','.join(key)})", author=author)
     )
     say(f"created table {name!r} in database {db!r} (version {done.version})")
 
@@ -144,8 +178,79 @@ def create(
 @version_options
 @format_option
 def describe(db: str, name: str, version: int | None, at: datetime | None, fmt: str | None) -> None:
-    """Table NAME of database DB: key, codec, records, bytes, tablets, families, limits."""
-    emit_record(open_db(db, version, at).describe_table(name), fmt)
+    """Table NAME of database DB: key, codec, records, bytes, tablets, families, limits, schema."""
+    info = open_db(db, version, at).describe_table(name)
+    info["schema"] = show_schema(info["schema"])
+    emit_record(info, fmt)
+
+
+def show_schema(schema: pa.Schema | None) -> list[str] | None:
+    """A schema as lines ``name: type`` (``not null``, ``schema-free`` marked)."""
+    if schema is None:
+        return None
+    return [
+        f"{f.name}: any (schema-free)"
+        if is_free(f)
+        else f"{f.name}: {f.type}{'' if f.nullable else ' not null'}"
+        for f in schema
+    ]
+
+
+def split_names(values: tuple[str, ...], option: str) -> list[str]:
+    """Field names given as ``a,b`` or by repeating the option."""
+    names = [n.strip() for text in values for n in text.split(",")]
+    if not names or not all(names):
+        raise click.BadParameter(f"{','.join(values)!r} has an empty field name", param_hint=option)
+    return names
+
+
+@table.command("alter")
+@click.argument("db")
+@click.argument("name")
+@click.option("--add", "add", multiple=True, metavar="NAME:TYPE", help="Add a nullable field.")
+@click.option("--drop", "drop", multiple=True, metavar="NAME", help="Drop a field.")
+@click.option("--rename", "rename", multiple=True, metavar="OLD=NEW", help="Rename a field.")
+@click.option("--widen", "widen", multiple=True, metavar="NAME:TYPE", help="Widen a field's type.")
+@click.option("--nullable", "nullable", multiple=True, metavar="NAME", help="Allow nulls.")
+@click.option("--free", "free", multiple=True, metavar="NAME", help="Make a field schema-free.")
+@commit_options
+def alter(
+    db: str,
+    name: str,
+    add: tuple[str, ...],
+    drop: tuple[str, ...],
+    rename: tuple[str, ...],
+    widen: tuple[str, ...],
+    nullable: tuple[str, ...],
+    free: tuple[str, ...],
+    message: str | None,
+    author: str | None,
+) -> None:
+    """Change the schema of table NAME in database DB (the rules: doc/api.md, "Schemas")."""
+    renames = {}
+    for text in rename:
+        old, sep, new = text.partition("=")
+        if not sep or not old.strip() or not new.strip():
+            raise click.BadParameter(f"{text!r} is not OLD=NEW", param_hint="'--rename'")
+        renames[old.strip()] = new.strip()
+    if not (add or drop or rename or widen or nullable or free):
+        raise CliError(
+            "nothing to alter: pass --add, --drop, --rename, --widen, --nullable or --free"
+        )
+    done = (
+        open_db(db)
+        .alter_schema(
+            name,
+            add=parse_types(",".join(add)),
+            drop=list(drop),
+            rename=renames,
+            widen=parse_types(",".join(widen)),
+            nullable=list(nullable),
+            free=list(free),
+        )
+        .commit(message=message or f"alter the schema of table {name}", author=author)
+    )
+    say(f"altered the schema of table {name!r} in database {db!r} (version {done.version})")
 
 
 @table.command("drop")

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 
 from merkle.blocks.cid import CID
 from merkle.blocks.store import BlockStore
-from merkle.db.database import _TableState
 from merkle.db.ops import Op, _same_table
+from merkle.db.tablestate import TableState as _TableState
 from merkle.errors import ConflictError
 from merkle.refs import Lease
 from merkle.tablets.nodes import TableRoot
@@ -121,14 +121,15 @@ class ReplaceTable(Op):
                 "(blocks already written are reclaimed by garbage collection): run it again"
             )
         current = db._state(self.table).current(db.version + 1).root
-        if self.root.key_field != current.key_field:
+        if self.root.key_fields != current.key_fields:
             raise ConflictError(
-                f"table {self.table!r} is keyed by {current.key_field!r} now, not by "
-                f"{self.root.key_field!r} as when this bulk write started"
+                f"table {self.table!r} is keyed by {list(current.key_fields)} now, not by "
+                f"{list(self.root.key_fields)} as when this bulk write started"
             )
         root = replace(
             current,
             key_codec=self.root.key_codec,
+            schema=self.root.schema if current.typed else current.schema,
             data=self.root.data,
             pending=self.root.pending,
             count=self.root.count,
@@ -150,8 +151,9 @@ def replace_table(
 ) -> Database:
     """``db`` with the data of table ``name`` replaced by ``table``'s (blocks in the lake).
 
-    The table keeps its identity, settings and metadata; its key codec, tree,
-    pending batches, count and size become ``table``'s. ``based_on`` is the
+    The table keeps its identity, settings and metadata; its key codec,
+    schema (a typed table's), tree, pending batches, count and size become
+    ``table``'s. ``based_on`` is the
     CID string of the table root the bulk write started from (:func:`table_root`
     of the version ``base_version`` it read), or None for a table created in
     this transaction. ``made`` names the tablets the build wrote (CID

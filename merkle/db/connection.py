@@ -19,8 +19,10 @@ from merkle.blocks.cid import CID
 from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
 from merkle.blocks.store import BlockStore
 from merkle.blocks.walk import missing_below
-from merkle.db.database import Database, check_metadata
+from merkle.db.database import Database
 from merkle.db.dbroot import DbRoot
+from merkle.db.inputs import check_metadata
+from merkle.db.merge import Resolver, merge
 from merkle.db.readers import ReaderLeaseKeeper
 from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError
 from merkle.refs import (
@@ -28,6 +30,8 @@ from merkle.refs import (
     JournalEntry,
     LeaseManager,
     RefManager,
+    Tag,
+    TagManager,
     WriterSession,
     WriterTicket,
     settle_passed_commit,
@@ -88,6 +92,7 @@ class Connection:
         self.blocks = BlockStore(store, hash=self.hash, cache_bytes=max(1 << 20, cache_bytes // 4))
         self.tables = TableStore(self.blocks, cache_bytes=cache_bytes, workers=workers)
         self.refs = RefManager(store)
+        self.tag_refs = TagManager(store)
         self.leases = LeaseManager(store)
         self._writer = WriterSession(self.leases)
         self._readers = ReaderLeaseKeeper(self.leases, still_kept=self._still_kept)
@@ -124,11 +129,12 @@ class Connection:
     # -- leases ----------------------------------------------------------------------
 
     def _still_kept(self, db: str, version: int, root: str) -> bool:
-        """Whether the journal still holds ``db`` at ``version`` with ``root``."""
+        """Whether the journal (or a tag) still holds ``db`` at ``version`` with ``root``."""
         try:
             return self.refs.get(db, version).root == root
         except NotFoundError:
-            return False
+            tag = self.tag_refs.keeping(db, version)
+            return tag is not None and tag.root == root
 
     def writer_lease(
         self, db: str | None = None
@@ -210,15 +216,20 @@ class Connection:
         version: int | None = None,
         at: datetime | None = None,
         *,
+        tag: str | None = None,
         lease: bool = False,
     ) -> Database:
-        """The head of a database, or a past version (``version=n`` or ``at=datetime``).
+        """The head of a database, or a past version (``version=n``, ``at=datetime``, ``tag=``).
 
         With ``lease=True`` the value holds a reader lease: garbage collection
         keeps every block of this version until ``release()`` (or the end of a
         ``with`` block), even if retention drops the version meanwhile.
         """
-        entry = self._resolve(name, version, at)
+        entry = (
+            self._resolve(name, version, at)
+            if tag is None
+            else self._tagged(name, tag, version, at)
+        )
         if not lease or entry.root is None:
             return self._database(entry)
         # Lease first, then check the entry is still in the journal, and only then read
@@ -226,13 +237,33 @@ class Connection:
         # the check fail (see merkle.gc.collect).
         handle = self._readers.hold(entry.db, entry.version, entry.root)
         try:
-            self.refs.get(entry.db, entry.version)
+            if not self._still_kept(entry.db, entry.version, entry.root):
+                self.refs.get(entry.db, entry.version)  # raises why (trimmed, damaged)
             db = self._database(entry)
         except BaseException:
             handle.release()
             raise
         db._reader = handle
         return db
+
+    def _tagged(
+        self, name: str, tag: str, version: int | None, at: datetime | None
+    ) -> JournalEntry:
+        if version is not None or at is not None:
+            raise UsageError("open_db takes one of version=, at= and tag=")
+        found = self.tag_refs.get(name, tag)
+        try:
+            entry = self.refs.get(name, found.version)
+        except NotFoundError:
+            assert found.entry is not None
+            return found.entry  # trimmed from the journal: the tag keeps it
+        if entry.root != found.root:
+            raise IntegrityError(
+                f"tag {tag!r} of database {name!r} names version {found.version} with root "
+                f"{found.root}, but the journal holds {entry.root}: the tag or the journal "
+                "was altered from outside"
+            )
+        return entry
 
     def _resolve(self, name: str, version: int | None, at: datetime | None) -> JournalEntry:
         """The journal entry ``open_db`` means (no block is read)."""
@@ -243,7 +274,13 @@ class Connection:
                 raise UsageError(f"version must be a non-negative integer, got {version!r}")
             if self.refs.head(name) is None:
                 raise NotFoundError(f"there is no database {name!r} in {self.uri}")
-            return self.refs.get(name, version)
+            try:
+                return self.refs.get(name, version)
+            except NotFoundError:
+                tag = self.tag_refs.keeping(name, version)  # trimmed, but a tag keeps it
+                if tag is None or tag.entry is None:
+                    raise
+                return tag.entry
         if at is not None:
             if not isinstance(at, datetime):
                 raise UsageError(f"at must be a datetime, got {type(at).__name__}")
@@ -376,6 +413,62 @@ class Connection:
             raise NotFoundError(
                 f"cannot clone root {root}: block {lost} it reaches is missing (garbage-collected?)"
             )
+
+    # -- versions as data ------------------------------------------------------------
+
+    def tag(
+        self,
+        db: str,
+        name: str,
+        version: int | None = None,
+        *,
+        message: str | None = None,
+        author: str | None = None,
+    ) -> Tag:
+        """Name ``version`` of ``db`` (default: its head) ``name``: kept whatever the retention.
+
+        Written under a writer lease and checked against the journal after,
+        so a collection either sees the tag or the tag is refused.
+        """
+        entry = self._resolve(db, version, None)
+        if entry.root is None:
+            raise NotFoundError(f"version {entry.version} of {db!r} is a drop; it cannot be tagged")
+        with self.writer_lease(db):
+            made = self.tag_refs.create(entry, name, author=author, message=message)
+            if not self._still_kept(db, entry.version, entry.root):
+                self.tag_refs.delete(db, name)  # trimmed (and maybe collected) meanwhile
+                raise NotFoundError(
+                    f"version {entry.version} of {db!r} was removed by retention while it "
+                    "was being tagged"
+                )
+        return made
+
+    def tags(self, db: str) -> list[Tag]:
+        """The tags of ``db``, sorted by name (``.name .version .root .time``)."""
+        return self.tag_refs.list(db)
+
+    def delete_tag(self, db: str, name: str) -> Tag:
+        """Remove a tag; the tag removed. A version retention no longer keeps and only
+        the tag kept cannot be opened any more, and the next collection frees it."""
+        return self.tag_refs.delete(db, name)
+
+    def merge(
+        self,
+        source: Database | str,
+        into: str,
+        *,
+        base: Database | int | None = None,
+        resolve: Resolver = "fail",
+        message: str | None = None,
+        author: str | None = None,
+    ) -> Database:
+        """Merge ``source`` into the head of ``into`` from their common ancestor, and commit.
+
+        See :mod:`merkle.db.merge` for the rules; ``resolve`` is ``"fail"``
+        (MergeConflictError), ``"ours"``, ``"theirs"`` or a function of one
+        conflict. Returns the new head of ``into``.
+        """
+        return merge(self, source, into, base=base, resolve=resolve, message=message, author=author)
 
     def drop_db(
         self, name: str, *, message: str | None = None, author: str | None = None

@@ -14,20 +14,27 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 
 from merkle.blocks.cid import CID
-from merkle.blocks.codec import encode_node
 from merkle.db.dbroot import DbRoot
+from merkle.db.diff import DatabaseDiff, diff_databases
+from merkle.db.inputs import (
+    as_rows,
+    check_fields,
+    check_keys,
+    check_metadata,
+    check_table_name,
+)
+from merkle.db.landing import land
+from merkle.db.noop import changes_nothing
 from merkle.db.ops import (
     AlterDbMeta,
     AlterFamilies,
+    AlterSchema,
     AlterTableMeta,
     BuildTable,
     Compact,
@@ -38,13 +45,16 @@ from merkle.db.ops import (
     Write,
 )
 from merkle.db.readers import ReaderLease
+from merkle.db.records import RecordOps
 from merkle.db.staging import StagedBlocks
-from merkle.errors import ConflictError, MerkleError, NotFoundError, UsageError
+from merkle.db.tableinfo import describe_table, list_tablets, read_stray_tablet
+from merkle.db.tablestate import TableChange as _Change
+from merkle.db.tablestate import TableState as _TableState
+from merkle.errors import ConflictError, NotFoundError, UsageError
 from merkle.refs import JournalConflictError, JournalEntry, WriterTicket
-from merkle.tablets.batch import BatchContent, fold
-from merkle.tablets.keys import KeyCodec, infer_key_codec_arrow
-from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
-from merkle.tablets.segment import arrow_to_records
+from merkle.tablets.evolve import SchemaChange
+from merkle.tablets.rows import empty_keys, sort_rows
+from merkle.tablets.schema import check_schema, with_free_fields
 from merkle.tablets.store import TableStore
 from merkle.tablets.table import Table, check_limits
 
@@ -57,76 +67,7 @@ __all__ = ["Database"]
 MAX_COMMIT_ATTEMPTS = 64
 
 
-def check_table_name(name: object) -> str:
-    """A table name: a non-empty string of printable characters, at most 255 bytes."""
-    if not isinstance(name, str) or not name:
-        raise UsageError(f"a table name must be a non-empty string, got {name!r}")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name) or len(name.encode()) > 255:
-        raise UsageError(
-            f"table name {name!r} is invalid: use at most 255 bytes and no control characters"
-        )
-    return name
-
-
-def check_metadata(value: Any, what: str) -> Any:
-    """``value`` if it can be stored in a node (DAG-CBOR), else a UsageError naming ``what``."""
-    try:
-        encode_node(value)
-    except UsageError as exc:
-        raise UsageError(f"{what} cannot be stored: {exc}") from None
-    return value
-
-
-@dataclass(frozen=True)
-class _Change:
-    """A buffered write (sorted Arrow rows) or delete (encoded keys) on one table."""
-
-    upserts: SortedRows | None = None
-    deletes: pa.Array | None = None
-
-
-@dataclass(frozen=True)
-class _TableState:
-    """A table as this transaction sees it: a materialised table plus buffered changes."""
-
-    table: Table
-    changes: tuple[_Change, ...] = ()
-    modified: bool = True  # False for a table only loaded from the base version
-    _cache: dict[str, Table] = field(default_factory=dict, compare=False, repr=False)
-
-    def current(self, version: int) -> Table:
-        """The table with every buffered change folded in (computed once per value)."""
-        if not self.changes:
-            return self.table
-        done = self._cache.get("table")
-        if done is None:
-            spec = self.table.spec
-            codec = spec.codec
-            contents = []
-            for change in reversed(self.changes):
-                if change.upserts is not None:
-                    rows = change.upserts
-                    none = np.zeros(len(rows), bool)
-                    contents.append(BatchContent(rows, none, empty_keys(codec), np.zeros(0, bool)))
-                else:
-                    assert change.deletes is not None
-                    empty = pa.table({spec.key_field: pa.array([], type=codec.arrow_type)})
-                    dels = change.deletes
-                    contents.append(
-                        BatchContent(
-                            SortedRows(empty, empty_keys(codec)),
-                            np.zeros(0, bool),
-                            dels,
-                            np.zeros(len(dels), bool),
-                        )
-                    )
-            folded = fold(contents, spec.key_field, codec)
-            done = self.table.apply_changes(folded.upserts, folded.deletes, version)
-            self._cache["table"] = done
-        return done
-
-
-class Database:
+class Database(RecordOps):
     """One version of a database and the changes made to it since (see the module doc)."""
 
     def __init__(
@@ -269,20 +210,29 @@ class Database:
     def create_table(
         self,
         name: str,
-        key: str,
-        key_codec: str | None = None,
+        key: str | Sequence[str],
+        key_codec: str | Sequence[str] | None = None,
         families: Mapping[str, Any] | None = None,
         metadata: Any = None,
         tablet_size_limit: int | None = None,
         branching_factor: int | None = None,
         patch_limit: int | None = None,
         patch_share: int | None = None,
+        schema: pa.Schema | None = None,
+        schema_free: bool | Sequence[str] = False,
     ) -> Database:
         """A new empty table whose records are identified by the field ``key``.
 
-        Pending batches are folded into tablets once they hold more than
-        ``patch_limit`` records and more than ``patch_share`` percent of the
-        table (defaults 20,000 and 50): see doc/format.md "Batch".
+        ``key`` may list several fields (a composite key, ordered field by
+        field; ``key_codec`` then lists one codec per field, or is a
+        ``tuple(...)`` spec). ``schema`` declares the fields and their Arrow
+        types; without it the first write decides them. ``schema_free`` makes
+        fields schema-free (any value, stored as CBOR): ``True`` for every field
+        not declared in ``schema`` (the record model), or a list of field
+        names. Pending batches are
+        folded into tablets once they hold more than ``patch_limit`` records
+        and more than ``patch_share`` percent of the table (defaults 20,000
+        and 50): see doc/format.md "Batch".
         """
         check_table_name(name)
         if name in self.list_tables():
@@ -293,12 +243,15 @@ class Database:
         limits = check_limits(tablet_size_limit, branching_factor, patch_limit, patch_share)
         op = CreateTable(
             name,
-            key,
-            key_codec,
+            key if isinstance(key, str) else tuple(key),
+            key_codec
+            if key_codec is None or isinstance(key_codec, str)
+            else "tuple(" + ",".join(key_codec) + ")",
             dict(families) if families is not None else None,
             check_metadata(metadata, f"metadata of table {name!r}"),
             (limits.tablet_size, limits.branching, limits.patch, limits.patch_share),
             uuid.uuid4().hex,
+            *with_free_fields(check_schema(schema, key), schema_free),
         )
         return self._create_table(op)
 
@@ -312,6 +265,9 @@ class Database:
             limits=limits,
             meta=op.metadata,
             uid=op.uid,
+            typed=True,
+            schema=op.schema,
+            schema_free=op.schema_free,
         )
         return self._with_table(op.table, _TableState(table), op)
 
@@ -320,26 +276,7 @@ class Database:
         return self._with_table(name, None, DropTable(name, state.table.root.uid))
 
     def describe_table(self, name: str) -> dict[str, Any]:
-        table = self._table(name)
-        root = table.root
-        return {
-            "id": str(self._ts.put_node(root.to_node())),
-            "name": name,
-            "key": root.key_field,
-            "key_codec": root.key_codec,
-            "tablets": len(table.tablets()),
-            "count": table.count,
-            "size": table.size,
-            "patch": table.patch_stats(),
-            "families": {f: sorted(fields) for f, fields in root.families.items()},
-            "limits": {
-                "tablet_size_limit": root.limits.tablet_size,
-                "branching_factor": root.limits.branching,
-                "patch_limit": root.limits.patch,
-                "patch_share": root.limits.patch_share,
-            },
-            "metadata": root.meta,
-        }
+        return describe_table(self._ts, self._table(name), name)
 
     def alter_table_meta(self, name: str, fn: Callable[..., Any], *args: Any) -> Database:
         state = self._state(name)
@@ -353,6 +290,35 @@ class Database:
         op = AlterFamilies(name, table.root.uid, dict(families))
         return self._with_table(name, _TableState(table.with_families(families)), op)
 
+    def alter_schema(
+        self,
+        name: str,
+        *,
+        add: Any = None,
+        drop: Any = None,
+        rename: Mapping[str, str] | None = None,
+        widen: Mapping[str, Any] | None = None,
+        nullable: Any = None,
+        free: Any = None,
+    ) -> Database:
+        """Change a table's schema: ``add`` fields (pyarrow fields or ``{name: type}``;
+        always nullable), ``drop`` or ``rename`` fields, ``widen`` types
+        (``{name: type}``: int32 -> int64, float32 -> float64, ...), make fields
+        ``nullable``, or make them ``free`` (schema-free). The rules are in
+        doc/api.md, "Schemas"; breaking one is a SchemaError."""
+        change = SchemaChange.of(add, drop, rename, widen, nullable, free)
+        return self._alter_schema(name, change)
+
+    def _alter_schema(self, name: str, change: SchemaChange) -> Database:
+        table = self._table(name)
+        try:
+            altered = table.alter_schema(change)
+        except UsageError as exc:
+            raise type(exc)(f"table {name!r}: {exc}") from None
+        return self._with_table(
+            name, _TableState(altered), AlterSchema(name, table.root.uid, change)
+        )
+
     # -- records -------------------------------------------------------------------
 
     def write(
@@ -363,26 +329,31 @@ class Database:
         | pa.Table
         | pa.RecordBatch,
     ) -> Database:
-        """Upsert whole records: dicts holding the key field, a mapping key -> dict, or Arrow."""
+        """Upsert whole records: dicts holding the key field, a mapping key -> dict, Arrow,
+        or a DataFrame (pandas, Polars, anything with ``__arrow_c_stream__``)."""
+        return self._upsert(table, records, lambda uid, rows: Write(table, uid, rows))
+
+    def _upsert(self, table: str, records: Any, op: Callable[[str, pa.Table], Op]) -> Database:
         state = self._state(table)
-        key_field = state.table.root.key_field
-        if not isinstance(records, (pa.Table, pa.RecordBatch)):
-            records = _as_record_list(records, key_field, table)  # names the record at fault
+        rows_in = as_rows(records, state.table.key, table)  # names the record at fault
         try:
-            current, rows = state.table.prepare_rows(records)
+            current, rows = state.table.prepare_rows(rows_in)
         except UsageError as exc:
-            raise UsageError(f"table {table!r}: {exc}") from None
+            raise type(exc)(f"table {table!r}: {exc}") from None
         if not rows.num_rows:
             return self
-        codec = current.spec.codec
-        change = _Change(upserts=sort_rows(rows, key_field, codec))
+        change = _Change(upserts=sort_rows(rows, current.root.key_field, current.spec.codec))
         new_state = _TableState(current, (*state.changes, change))
-        return self._with_table(table, new_state, Write(table, current.root.uid, rows))
+        # The op keeps the rows as the user's table (a replay writes them again).
+        return self._with_table(table, new_state, op(current.root.uid, current.present(rows)))
 
     def delete(self, table: str, keys: Iterable[Any]) -> Database:
         """Remove records by key; keys that do not exist are fine (a blind delete)."""
+        keys = tuple(check_keys(keys, table))
+        return self._delete(table, keys, lambda uid: Delete(table, uid, keys))
+
+    def _delete(self, table: str, keys: Sequence[Any], op: Callable[[str], Op]) -> Database:
         state = self._state(table)
-        keys = tuple(keys)
         if not keys:
             return self
         # A table never written has no codec yet: the keys choose it, as a write would
@@ -392,25 +363,23 @@ class Database:
         encoded = sorted({codec.encode(k) for k in keys})
         change = _Change(deletes=pa.array(encoded, type=empty_keys(codec).type))
         new_state = _TableState(current, (*state.changes, change))
-        return self._with_table(table, new_state, Delete(table, current.root.uid, keys))
+        return self._with_table(table, new_state, op(current.root.uid))
 
     def _records(
         self, table: Table, rows: pa.Table, fields: Sequence[str] | None
     ) -> list[dict[str, Any]]:
-        codec = table.codec
-        if codec is None or not rows.num_rows:
-            return []
-        return arrow_to_records(rows, key_field=table.root.key_field, codec=codec, fields=fields)
+        return table.records(rows, fields)
 
     def get_records(
         self, table: str, keys: Iterable[Any], fields: Sequence[str] | None = None
     ) -> dict[Any, dict[str, Any]]:
         """``{key: record}`` for the keys that exist (with the key field and ``fields``)."""
-        fields = _check_fields(fields)
+        fields = check_fields(fields)
+        keys = check_keys(keys, table)
         current = self._table(table)
-        rows = current.get(list(keys), fields)
-        key_field = current.root.key_field
-        return {rec[key_field]: rec for rec in self._records(current, rows, fields)}
+        rows = current.get(keys, fields)
+        key_of = current.key.key_of
+        return {key_of(rec): rec for rec in self._records(current, rows, fields)}
 
     def scan(
         self,
@@ -425,7 +394,7 @@ class Database:
         reverse: bool = False,
     ) -> Iterator[dict[str, Any]]:
         """Records in key order (``reverse``: descending); bounds are inclusive."""
-        fields = _check_fields(fields)
+        fields = check_fields(fields)
         current = self._table(table)
         batches = current.scan(
             fields=fields,
@@ -448,7 +417,7 @@ class Database:
     ) -> pa.Table:
         """The table (or a key range of it) as one Arrow table, in key order."""
         return self._table(table).to_arrow(
-            fields=_check_fields(fields), from_pk=from_pk, to_pk=to_pk
+            fields=check_fields(fields), from_pk=from_pk, to_pk=to_pk
         )
 
     # -- tablets -------------------------------------------------------------------
@@ -459,21 +428,7 @@ class Database:
         Pending changes are not in any tablet yet: ``scan`` shows them; commit
         with a flushed table (``merkle compact`` or enough writes) to fold them in.
         """
-        current = self._table(table)
-        codec = current.codec
-        out = []
-        for ref in current.tablets():
-            assert codec is not None
-            out.append(
-                {
-                    "id": str(ref.cid),
-                    "count": ref.count,
-                    "size": ref.size,
-                    "start": codec.decode(ref.first_key),
-                    "end": codec.decode(ref.last_key),
-                }
-            )
-        return out
+        return list_tablets(self._table(table))
 
     def _tablet_owner(self, cid: CID) -> Table | None:
         for name in self.list_tables():
@@ -486,23 +441,13 @@ class Database:
         self, tablet_id: str, fields: Sequence[str] | None = None
     ) -> Iterator[dict[str, Any]]:
         """The records stored in one tablet (by id), with the key field and ``fields``."""
-        fields = _check_fields(fields)
+        fields = check_fields(fields)
         cid = CID.parse(tablet_id)
         owner = self._tablet_owner(cid)
         if owner is not None:
             rows = owner.read_tablet(cid, fields)
             return iter(self._records(owner, rows, fields))
-        # A tablet made outside this database (e.g. by a bulk job): read it by its own schema.
-        try:
-            node = self._ts.tablet(cid)
-        except MerkleError as exc:
-            raise NotFoundError(f"{tablet_id} is not a readable tablet: {exc}") from None
-        base = self._ts.segment(node.segments["base"])
-        key_field = base.column_names[0]
-        codec: KeyCodec = infer_key_codec_arrow(base.schema.field(key_field).type)
-        stray = Table.new(self._ts, key_field=key_field, key_codec=codec.spec)
-        rows = stray.read_tablet(cid, fields)
-        return iter(arrow_to_records(rows, key_field=key_field, codec=codec, fields=fields))
+        return read_stray_tablet(self._ts, cid, fields)
 
     def build_table(self, table: str, tablet_ids: Sequence[str]) -> Database:
         """This database with ``table``'s data replaced by the given tablets (in key order)."""
@@ -541,6 +486,13 @@ class Database:
         """This database with metadata ``fn(metadata, *args)``."""
         meta = check_metadata(fn(self._meta, *args), f"metadata of database {self.name!r}")
         return self._evolve(meta=meta, meta_changed=True, ops=(*self._ops, AlterDbMeta(fn, args)))
+
+    def diff(
+        self, other: Any, table: str | None = None, fields: Sequence[str] | None = None
+    ) -> DatabaseDiff:
+        """The changes from ``other`` (a Database, a version number of this database, or
+        the name of a database of the lake) to this value: see :mod:`merkle.db.diff`."""
+        return diff_databases(self, other, table=table, fields=check_fields(fields))
 
     def describe(self) -> dict[str, Any]:
         tables = {}
@@ -594,28 +546,16 @@ class Database:
             return self
         if self._committed is not None:
             return self._committed  # committing the same value twice makes one version
+        if changes_nothing(self, self._tables):
+            return self._conn._database(self._entry)  # the data is as it was: no version
         db = self
         conn = self._conn
         for attempt in range(MAX_COMMIT_ATTEMPTS):
-            root = db._save_root()
-            conflict: ConflictError | None = None
-            raced = False
-            held = nullcontext(ticket) if ticket is not None else conn.writer_lease()
-            with held as using:
-                db._staging.flush_reachable([root], refresh_before=using.lease.start)
-                conn.leases.ensure_valid(using.lease)
-                try:
-                    entry = conn.refs.commit(
-                        db.name, db.version, str(root), author=author, message=message
-                    )
-                except JournalConflictError as exc:
-                    conflict = exc
-                else:
-                    raced = conn._settle(using, entry)
-            if conflict is None:
-                if raced:  # a collection may have removed blocks it could not see we need
-                    with conn.writer_lease() as again:
-                        db._staging.flush_reachable([root], refresh_before=again.lease.start)
+            try:
+                entry = db._land(author, message, ticket)
+            except JournalConflictError as exc:
+                conflict: ConflictError = exc
+            else:
                 self._committed = conn._database(entry)
                 return self._committed
             if not rebase:
@@ -631,55 +571,25 @@ class Database:
             "attempts: other writers kept committing first"
         )
 
+    def _land(
+        self, author: str | None, message: str | None, ticket: WriterTicket | None = None
+    ) -> JournalEntry:
+        """Write this value's blocks and its journal entry; JournalConflictError if it moved."""
+        root = self._save_root()
+        conn, staging = self._conn, self._staging
+
+        def write_blocks(ticket: WriterTicket, first: bool) -> None:
+            staging.flush_reachable([root], refresh_before=ticket.lease.start)
+
+        def put_entry() -> JournalEntry:
+            return conn.refs.commit(
+                self.name, self.version, str(root), author=author, message=message
+            )
+
+        return land(conn, self.name, write_blocks, put_entry, ticket=ticket)
+
     def _replay(self, head: Database) -> Database:
         db = head
         for op in self._ops:
             db = op.apply(db)
         return db
-
-
-def _check_fields(fields: Sequence[str] | None) -> list[str] | None:
-    if fields is None:
-        return None
-    if isinstance(fields, str):
-        raise UsageError(f"fields must be a list of field names, not the string {fields!r}")
-    out = list(fields)
-    for f in out:
-        if not isinstance(f, str) or not f:
-            raise UsageError(f"field names must be non-empty strings, got {f!r}")
-    return out
-
-
-def _as_record_list(records: Any, key_field: str, table: str) -> list[Mapping[str, Any]]:
-    """Records as a list of mappings holding the key field (a key -> dict mapping is expanded)."""
-    if isinstance(records, Mapping):
-        out: list[Mapping[str, Any]] = []
-        for key, record in records.items():
-            if not isinstance(record, Mapping):
-                raise UsageError(
-                    f"records for table {table!r} given as a mapping must map keys to dicts; "
-                    f"key {key!r} maps to {type(record).__name__}"
-                )
-            if key_field in record and record[key_field] != key:
-                raise UsageError(
-                    f"record under key {key!r} holds {key_field}={record[key_field]!r}: "
-                    "the two must agree"
-                )
-            out.append({**record, key_field: key})
-        return out
-    if isinstance(records, (str, bytes)) or not isinstance(records, Iterable):
-        raise UsageError(
-            f"records for table {table!r} must be dicts, a mapping key -> dict, or Arrow data; "
-            f"got {type(records).__name__}"
-        )
-    listed = list(records)
-    for i, record in enumerate(listed):
-        if not isinstance(record, Mapping):
-            raise UsageError(
-                f"record {i} for table {table!r} is a {type(record).__name__}, not a dict"
-            )
-        if record.get(key_field) is None:
-            raise UsageError(
-                f"record {i} for table {table!r} has no value for the key field {key_field!r}"
-            )
-    return listed

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from merkle.errors import ConflictError, UsageError
+from merkle.tablets.evolve import SchemaChange
 
 if TYPE_CHECKING:
     from merkle.db.database import Database
@@ -25,13 +26,17 @@ if TYPE_CHECKING:
 __all__ = [
     "AlterDbMeta",
     "AlterFamilies",
+    "AlterSchema",
     "AlterTableMeta",
     "BuildTable",
     "Compact",
     "CreateTable",
     "Delete",
+    "DeleteWhere",
     "DropTable",
     "Op",
+    "Update",
+    "Upsert",
     "Write",
 ]
 
@@ -67,12 +72,14 @@ def _replayed(table: str, db: Database, action: Callable[[], Database]) -> Datab
 @dataclass(frozen=True)
 class CreateTable(Op):
     table: str
-    key: str
+    key: str | tuple[str, ...]
     key_codec: str | None
     families: Mapping[str, Any] | None
     metadata: Any
     limits: tuple[int, int, int, int]
     uid: str
+    schema: pa.Schema | None = None
+    schema_free: bool = False
 
     def apply(self, db: Database) -> Database:
         if self.table in db.list_tables():
@@ -116,6 +123,58 @@ class Delete(Op):
 
 
 @dataclass(frozen=True)
+class Update(Op):
+    """Only the given fields of existing records: re-read on the new head when replayed."""
+
+    table: str
+    uid: str
+    changes: Mapping[Any, Mapping[str, Any]]
+
+    def apply(self, db: Database) -> Database:
+        _same_table(db, self.table, self.uid)
+        return _replayed(self.table, db, lambda: db.update(self.table, self.changes))
+
+
+@dataclass(frozen=True)
+class Upsert(Op):
+    """A conditional upsert: matched / not matched decided again on the new head."""
+
+    table: str
+    uid: str
+    rows: Any
+    when_matched: str
+    when_not_matched: str
+    condition: Callable[..., Any] | None
+
+    def apply(self, db: Database) -> Database:
+        _same_table(db, self.table, self.uid)
+        return _replayed(
+            self.table,
+            db,
+            lambda: db.upsert(
+                self.table,
+                self.rows,
+                when_matched=self.when_matched,
+                when_not_matched=self.when_not_matched,
+                condition=self.condition,
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class DeleteWhere(Op):
+    """A delete by predicate: what matches on the new head is deleted when replayed."""
+
+    table: str
+    uid: str
+    predicate: Any
+
+    def apply(self, db: Database) -> Database:
+        _same_table(db, self.table, self.uid)
+        return _replayed(self.table, db, lambda: db.delete_where(self.table, self.predicate))
+
+
+@dataclass(frozen=True)
 class AlterDbMeta(Op):
     fn: Callable[..., Any]
     args: tuple[Any, ...]
@@ -145,6 +204,17 @@ class AlterFamilies(Op):
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
         return db.alter_families(self.table, self.families)
+
+
+@dataclass(frozen=True)
+class AlterSchema(Op):
+    table: str
+    uid: str
+    change: SchemaChange
+
+    def apply(self, db: Database) -> Database:
+        _same_table(db, self.table, self.uid)
+        return _replayed(self.table, db, lambda: db._alter_schema(self.table, self.change))
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from merkle.gc.fanout import Fanout
 from merkle.gc.mark import Marker
 from merkle.gc.policy import Policy, Retention, load_policy, parse_duration
 from merkle.gc.report import DatabaseReport, GCReport
+from merkle.gc.tags import TagRoots
 from merkle.refs import (
     GCLock,
     JournalAudit,
@@ -155,6 +156,7 @@ class _Run:
         self.trim_before: dict[str, int] = {}
         self.damaged: dict[str, JournalAudit] = {}
         self.readers: set[str] = set()
+        self.tags = TagRoots(conn)
         self._clock = time.perf_counter()
 
     def phase(self, name: str) -> None:
@@ -216,6 +218,12 @@ class _Run:
         self.fanout.mark(self.marker, roots)
         self.report.reader_leases = len(self.readers)
 
+    def mark_tags(self) -> None:
+        """Tags: read them (again) and mark their roots; the report lists them."""
+        self.tags.refresh()
+        self.tags.mark(self.marker)
+        self.report.tags = self.tags.listing()
+
     def remark_moved(self) -> None:
         """Mark what commits made since the first mark (new heads, new databases).
 
@@ -232,6 +240,7 @@ class _Run:
         self.mark_databases(moved, floors=dict(self.trim_before))
         self.stop_if_damaged()
         self.mark_readers()
+        self.mark_tags()
 
 
 def gc(
@@ -282,6 +291,7 @@ def gc(
     run.mark_databases(journal_names(conn))
     run.stop_if_damaged()
     run.mark_readers()
+    run.mark_tags()
     run.phase("mark")
 
     listed = fanout.list_blocks(conn)

@@ -79,6 +79,7 @@ class GCReport:
     notes: list[str] = field(default_factory=list)  # harmless oddities (e.g. a HEAD hint ahead)
     sweep_skipped: str | None = None  # why nothing was deleted, when writers outlived the wait
     databases: dict[str, DatabaseReport] = field(default_factory=dict)
+    tags: list[dict[str, Any]] = field(default_factory=list)  # versions kept by tags
     phases: dict[str, float] = field(default_factory=dict)
     freed: list[str] = field(default_factory=list)
     report_key: str | None = None
@@ -101,6 +102,9 @@ class GCReport:
                 f"  {name}: {state}, {db.versions_kept} versions kept, "
                 f"{db.versions_trimmed} {'to trim' if self.dry_run else 'trimmed'}"
             )
+        if self.tags:
+            kept = ", ".join(f"{t['db']} v{t['version']} ({t['tag']})" for t in self.tags)
+            lines.append(f"  kept by tags: {kept}")
         if self.writer_leases_passed:
             lines.append(
                 f"went on without {len(self.writer_leases_passed)} writer lease(s) that did "

@@ -50,6 +50,12 @@ def verify(
                 if cid.bytes not in seen:
                     seen.add(cid.bytes)
                     frontier.append((cid, f"database {name!r} version {entry.version}"))
+    # Tagged versions are kept whatever the retention (merkle.gc.tags): check them too.
+    for tag in conn.tag_refs.list(db) if db is not None else conn.tag_refs.all():
+        cid = CID.parse(tag.root)
+        if cid.bytes not in seen:
+            seen.add(cid.bytes)
+            frontier.append((cid, f"tag {tag.name!r} of database {tag.db!r}"))
     while frontier:
         batch, frontier = frontier[:_BATCH], frontier[_BATCH:]
         for (cid, where), data in zip(batch, conn.store.map_bulk(_fetch(conn), batch), strict=True):

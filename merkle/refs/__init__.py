@@ -17,7 +17,8 @@ from merkle.refs.errors import (
 from merkle.refs.gclock import GCLock, LockState, WritersBusyError
 from merkle.refs.journal import RefManager
 from merkle.refs.leases import DEFAULT_SKEW_MARGIN, DEFAULT_WRITER_WAIT, Lease, LeaseManager
-from merkle.refs.names import check_db_name
+from merkle.refs.names import check_db_name, check_tag_name
+from merkle.refs.tags import Tag, TagManager
 from merkle.refs.writer import WriterSession, WriterTicket, settle_passed_commit
 
 __all__ = [
@@ -35,10 +36,13 @@ __all__ = [
     "LockHeldError",
     "LockState",
     "RefManager",
+    "Tag",
+    "TagManager",
     "WriterSession",
     "WriterTicket",
     "WritersBusyError",
     "audit_journal",
     "check_db_name",
+    "check_tag_name",
     "settle_passed_commit",
 ]

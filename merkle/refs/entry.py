@@ -6,8 +6,14 @@ map::
     {type: "merkle/journal-entry", v: 1, db, version: n, root: link | null,
      parent: n-1 | null, time: microseconds since the epoch (UTC),
      author, message, meta: {...}, forked_from: {db, version} | null,
+     merged_from: {db, version} | absent,
      prev: bytes (SHA-256 of entry n-1's stored bytes) | absent,
      created: version of this incarnation's create entry | absent}
+
+``merged_from`` names the second parent of a merge commit. It is written
+only by merges, so every other entry has the same bytes as before it
+existed, and a reader that does not know it reads a merge as an ordinary
+commit of its first parent.
 
 ``prev`` chains each entry to the exact bytes of its parent, so a writer can
 prove that a later entry was built on its own (see ``doc/refs.md``, "Trimming
@@ -72,7 +78,8 @@ class JournalEntry:
     ``root`` is the CID string of the database root block, or None for a
     drop. ``parent`` is the previous entry's version (None for entry 0).
     ``time`` is tz-aware UTC and never earlier than the parent's time.
-    ``forked_from`` is ``{"db": name, "version": n}`` for a clone. ``prev``
+    ``forked_from`` is ``{"db": name, "version": n}`` for a clone;
+    ``merged_from`` is the same for the second parent of a merge commit. ``prev``
     is the digest of the parent entry's stored bytes (None on entry 0 and on
     entries written before digests existed); ``created`` is the version that
     created this incarnation of the database (None on old entries);
@@ -89,6 +96,7 @@ class JournalEntry:
     message: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     forked_from: dict[str, Any] | None = None
+    merged_from: dict[str, Any] | None = None
     prev: bytes | None = None
     created: int | None = None
     digest: bytes | None = field(default=None, compare=False, repr=False)
@@ -194,6 +202,8 @@ def encode_entry(entry: JournalEntry) -> bytes:
         "meta": entry.meta,
         "forked_from": entry.forked_from,
     }
+    if entry.merged_from is not None:
+        node["merged_from"] = entry.merged_from  # absent otherwise: old bytes unchanged
     if entry.prev is not None:
         node["prev"] = entry.prev
     if entry.created is not None:
@@ -282,11 +292,8 @@ def decode_slot(data: bytes, key: str, db: str, version: int | None) -> JournalE
     parent = fields.get("parent", int, optional=True)
     if (found == 0) != (parent is None) or (parent is not None and parent != found - 1):
         raise fields.fail(f"version {found} names parent {parent!r}")
-    forked = fields.get("forked_from", dict, optional=True)
-    if forked is not None:
-        inner = _Fields(forked, key)
-        inner.get("db", str)
-        inner.get("version", int)
+    forked = _parent_link(fields, "forked_from")
+    merged = _parent_link(fields, "merged_from") if "merged_from" in node else None
     prev = fields.get("prev", bytes, optional=True) if "prev" in node else None
     if prev is not None and (len(prev) != 32 or parent is None):
         raise fields.fail(f"field 'prev' holds {len(prev)} bytes on version {found}")
@@ -303,7 +310,18 @@ def decode_slot(data: bytes, key: str, db: str, version: int | None) -> JournalE
         message=fields.get("message", str, optional=True),
         meta=fields.get("meta", dict),
         forked_from=forked,
+        merged_from=merged,
         prev=prev,
         created=created,
         digest=entry_digest(data),
     )
+
+
+def _parent_link(fields: _Fields, name: str) -> dict[str, Any] | None:
+    """A ``{db, version}`` link to another journal's entry (or None)."""
+    link = fields.get(name, dict, optional=True)
+    if link is not None:
+        inner = _Fields(link, fields.key)
+        inner.get("db", str)
+        inner.get("version", int)
+    return link  # type: ignore[no-any-return]

@@ -61,7 +61,7 @@ def _check_root(root: object) -> str | None:
     return str(CID.parse(root))
 
 
-def _check_fork(forked_from: object) -> dict[str, Any] | None:
+def _check_fork(forked_from: object, what: str = "forked_from") -> dict[str, Any] | None:
     if forked_from is None:
         return None
     if (
@@ -69,9 +69,9 @@ def _check_fork(forked_from: object) -> dict[str, Any] | None:
         or set(forked_from) != {"db", "version"}
         or not isinstance(forked_from["db"], str)
     ):
-        raise UsageError(f"forked_from must be {{'db': name, 'version': n}}, got {forked_from!r}")
+        raise UsageError(f"{what} must be {{'db': name, 'version': n}}, got {forked_from!r}")
     check_db_name(forked_from["db"])
-    check_version(forked_from["version"], "forked_from['version']")
+    check_version(forked_from["version"], f"{what}['version']")
     return dict(forked_from)
 
 
@@ -114,8 +114,12 @@ class RefManager(JournalReader):
         message: str | None = None,
         meta: dict[str, Any] | None = None,
         forked_from: dict[str, Any] | None = None,
+        merged_from: dict[str, Any] | None = None,
     ) -> JournalEntry:
         """Append version ``expected_version + 1`` of ``db`` holding ``root``; return its entry.
+
+        ``merged_from`` (``{"db", "version"}``) records the second parent of a
+        merge commit.
 
         ``expected_version=None`` creates ``db`` (version 0), or creates it
         again after a drop (the journal continues at head + 1). ``root=None``
@@ -133,6 +137,7 @@ class RefManager(JournalReader):
         if meta is not None and not isinstance(meta, dict):
             raise UsageError(f"meta must be a dict, got {type(meta).__name__}")
         forked_from = _check_fork(forked_from)
+        merged_from = _check_fork(merged_from, "merged_from")
         if expected_version is None:
             if root is None:
                 raise UsageError(
@@ -151,7 +156,15 @@ class RefManager(JournalReader):
                     "create it again with expected_version=None"
                 )
         return self._append(
-            db, expected_version, parent, root, author, message, dict(meta or {}), forked_from
+            db,
+            expected_version,
+            parent,
+            root,
+            author,
+            message,
+            dict(meta or {}),
+            forked_from,
+            merged_from=merged_from,
         )
 
     def _append(
@@ -164,6 +177,8 @@ class RefManager(JournalReader):
         message: str | None,
         meta: dict[str, Any],
         forked_from: dict[str, Any] | None,
+        *,
+        merged_from: dict[str, Any] | None = None,
     ) -> JournalEntry:
         """Create the slot after ``parent`` (slot 0 if None), refusing a trimmed parent."""
         version = 0 if parent is None else parent.version + 1
@@ -187,6 +202,7 @@ class RefManager(JournalReader):
             message=message,
             meta=meta,
             forked_from=forked_from,
+            merged_from=merged_from,
             prev=None if parent is None or version == 0 else parent.digest,
             created=version if expected is None or parent is None else parent.created,
         )

@@ -18,7 +18,7 @@ import unicodedata
 
 from merkle.errors import UsageError
 
-__all__ = ["MAX_NAME_BYTES", "check_db_name"]
+__all__ = ["MAX_NAME_BYTES", "check_db_name", "check_tag_name"]
 
 #: Longest name in UTF-8 bytes: a file name segment on common file systems.
 MAX_NAME_BYTES = 255
@@ -36,6 +36,16 @@ def check_db_name(name: object) -> str:
     problem = _problem(name)
     if problem:
         raise UsageError(f"invalid database name {name!r}: {problem}; {_ALLOWED}")
+    return name
+
+
+def check_tag_name(name: object) -> str:
+    """Return ``name`` if it is a valid tag name (the rules of database names), else UsageError."""
+    if not isinstance(name, str):
+        raise UsageError(f"a tag name must be a string, got {type(name).__name__}")
+    problem = _problem(name)
+    if problem:
+        raise UsageError(f"invalid tag name {name!r}: {problem}; {_ALLOWED}")
     return name
 
 

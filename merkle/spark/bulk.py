@@ -55,7 +55,7 @@ from merkle.spark.jobs import (
 from merkle.spark.lake import hold_lease, open_lake
 from merkle.spark.options import DEFAULT_LEASE_TTL, WriteOptions, lake_ref
 from merkle.spark.shuffle import pack_groups, partition_tags
-from merkle.tablets.bulk import TabletInfo, WriteGroup, merge_leaves, route
+from merkle.tablets.bulk import TabletInfo, WriteGroup, encode_keys, merge_leaves, route
 from merkle.tablets.keys import infer_key_codec_arrow
 from merkle.tablets.table import Table
 
@@ -118,18 +118,19 @@ def delete(
     """Delete the records whose keys ``keys_df`` holds (its key-named column, or its only one)."""
     opts = WriteOptions(lake_ref(lake, options), db, table, None, None, message, author, lease_ttl)
     conn = open_lake(opts.lake)
-    key_field = committed_table(conn.open_db(db), table).root.key_field
+    stored = committed_table(conn.open_db(db), table)
+    fields = list(stored.key.fields)
     names = keys_df.columns
-    if key_field in names:
-        keys_df = keys_df.select(key_field)
-    elif len(names) == 1:
-        keys_df = keys_df.withColumnRenamed(names[0], key_field)
+    if all(field in names for field in fields):
+        keys_df = keys_df.select(*fields)
+    elif len(fields) == 1 and len(names) == 1:
+        keys_df = keys_df.withColumnRenamed(names[0], fields[0])
     else:
         raise UsageError(
-            f"the keys DataFrame needs a column {key_field!r} (the key field of {table!r}) "
-            f"or a single column; it has {names}"
+            f"the keys DataFrame needs the key field(s) {fields} of table {table!r} as "
+            f"columns (or, for a one-field key, a single column); it has {names}"
         )
-    if committed_table(conn.open_db(db), table).codec is None:
+    if stored.codec is None:
         return conn.open_db(db)  # never written: nothing to delete
     return _run(keys_df, opts, "delete", rows_per_task)
 
@@ -141,11 +142,14 @@ def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None
         with hold_lease(opts.lake, job.lease, opts.lease_ttl):
             limit = base.table.spec.limits.tablet_size
             parallelism = max(1, spark.sparkContext.defaultParallelism)
-            key = base.table.root.key_field
-            key_type = to_arrow_type(df.schema[key].dataType)
-            if job.mode == "replace" and _ordered_like_spark(base.table, key_type):
+            key = base.table.key.fields
+            if (
+                job.mode == "replace"
+                and len(key) == 1
+                and _ordered_like_spark(base.table, to_arrow_type(df.schema[key[0]].dataType))
+            ):
                 partitions = max(2 * parallelism, df.rdd.getNumPartitions())
-                results = _write_ranged(df, job, key, partitions)
+                results = _write_ranged(df, job, key[0], partitions)
             else:
                 if job.mode == "delete":
                     rows = [0] * len(job.groups)
@@ -208,7 +212,6 @@ def _write_ranged(df: DataFrame, job: WriteJob, key: str, partitions: int) -> li
 
 def _sample_task(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     table = job.open_table()
-    spec = table.spec
     starts = [g.lo for g in job.groups[1:] if g.lo is not None]
     splittable = np.array([g.tablet is None for g in job.groups])
     counts = np.zeros(len(job.groups), dtype=np.int64)
@@ -217,7 +220,7 @@ def _sample_task(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     for batch in batches:
         if not batch.num_rows:
             continue
-        keys = spec.codec.encode_array(batch.column(spec.key_field))
+        keys = encode_keys(table, pa.Table.from_batches([batch]))
         ids = route(keys, starts)
         counts += np.bincount(ids, minlength=len(counts))
         priority = rng.random(len(ids))
@@ -311,13 +314,12 @@ def _route_task(
     from pyspark import TaskContext
 
     table = job.open_table()
-    spec = table.spec
     starts = [g.lo for g in job.groups[1:] if g.lo is not None]
     tag_of = np.array([tags[p] for p in part_of], dtype=np.int64)
     for batch in batches:
         if not batch.num_rows:
             continue
-        ids = route(spec.codec.encode_array(batch.column(spec.key_field)), starts)
+        ids = route(encode_keys(table, pa.Table.from_batches([batch])), starts)
         yield _with_columns(batch, ids, np.zeros(len(ids), bool), tag_of[ids])
     context = TaskContext.get()
     if markers is not None and context is not None and context.partitionId() == 0:

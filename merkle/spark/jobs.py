@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.pandas.types import to_arrow_type
-from pyspark.sql.types import StructType
+from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
+from pyspark.sql.types import StructType, VariantType
 
 from merkle.blocks.cid import CID
 from merkle.db.bulk import committed_table, lake_tables, replace_table, table_root
@@ -30,10 +30,12 @@ from merkle.errors import ConflictError, UsageError
 from merkle.refs import Lease, WriterTicket
 from merkle.spark.lake import hold_lease, open_lake
 from merkle.spark.options import LakeRef, WriteOptions
-from merkle.spark.types import cbor_fields_of, from_spark
+from merkle.spark.types import ENCODING, cbor_fields_of, from_spark
 from merkle.tablets.bulk import (
     TabletInfo,
     WriteGroup,
+    encode_keys,
+    key_column,
     merge_leaves,
     plan_groups,
     plan_merges,
@@ -41,8 +43,9 @@ from merkle.tablets.bulk import (
     route,
     splice,
 )
-from merkle.tablets.keys import infer_key_codec_arrow, key_codec
-from merkle.tablets.segment import concat_segments
+from merkle.tablets.conform import codec_for_types
+from merkle.tablets.keys import key_codec
+from merkle.tablets.segment import cbor_field, concat_segments
 from merkle.tablets.table import Table
 
 __all__ = [
@@ -54,6 +57,7 @@ __all__ = [
     "WriteJob",
     "collect_leaves",
     "commit_job",
+    "empty_rows",
     "has_table",
     "local_merges",
     "plan_base",
@@ -74,7 +78,7 @@ MODES = ("upsert", "replace", "delete")
 class TableSettings:
     """What creating the table at commit needs (the table did not exist when planned)."""
 
-    key: str
+    key: tuple[str, ...]  # the key fields (several: a composite key)
     key_codec: str
 
 
@@ -92,9 +96,6 @@ class WriteJob:
     mode: str  # "upsert", "replace" (overwrite) or "delete"
     create: TableSettings | None = None
     cbor_fields: tuple[str, ...] = ()
-
-    def key_field(self) -> str:
-        return self.open_table().root.key_field
 
     def open_table(self) -> Table:
         conn = open_lake(self.lake)
@@ -136,7 +137,6 @@ def run_groups(
     """
     with hold_lease(job.lake, job.lease, job.lease_ttl):
         table = job.open_table()
-        spec = table.spec
         starts = [g.lo for g in job.groups[1:] if g.lo is not None]
         parts: list[pa.Table] = []
         id_parts: list[np.ndarray] = []
@@ -156,14 +156,15 @@ def run_groups(
                 rows = from_spark(data, job.cbor_fields)
             else:
                 rows = from_spark(batch, job.cbor_fields)
-                ids = route(spec.codec.encode_array(rows.column(spec.key_field)), starts)
+                ids = route(encode_keys(table, rows), starts)
             parts.append(rows)
             id_parts.append(ids)
-        empty = pa.table({spec.key_field: pa.array([], type=spec.codec.arrow_type)})
+        first_key = table.key.fields[0]  # a column every part holds, without nulls
+        empty = pa.table({first_key: pa.array([], type=pa.null())})
         rows = (
             parts[0]
             if len(parts) == 1
-            else (concat_segments(parts, key_field=spec.key_field) if parts else empty)
+            else (concat_segments(parts, key_field=first_key) if parts else empty)
         )
         ids = np.concatenate(id_parts) if id_parts else np.zeros(0, dtype=np.int64)
         if len(ids) and not (ids == ids[0]).all():  # one group (a bulk load): no reordering
@@ -185,10 +186,9 @@ def run_groups(
 def _rebuild(
     job: WriteJob, table: Table, group: WriteGroup, rows: pa.Table, pending: tuple[int, ...]
 ) -> GroupResult:
-    key_field = table.root.key_field
     given = rows if rows.num_rows else None
     if job.mode == "delete":
-        deletes = rows.column(key_field) if rows.num_rows else None
+        deletes = key_column(table, rows) if rows.num_rows else None
         made = rewrite_group(table, group, deletes=deletes)
     else:
         made = rewrite_group(table, group, upserts=given, replace=job.mode == "replace")
@@ -294,7 +294,8 @@ def commit_job(
                 f"after version {job.base_version}, which this bulk write read (now at "
                 f"version {db.version}); its tablets were not committed: run it again"
             )
-        db = db.create_table(job.table, key=job.create.key, key_codec=job.create.key_codec)
+        key = job.create.key[0] if len(job.create.key) == 1 else list(job.create.key)
+        db = db.create_table(job.table, key=key, key_codec=job.create.key_codec)
     elif not changed:
         return db
     db = replace_table(
@@ -326,24 +327,40 @@ def plan_base(
     table: str,
     lease: Lease,
     create: TableSettings | None,
-    key_type: pa.DataType,
+    schema: StructType,
 ) -> Base:
-    """The table a write builds on, bound to the lake under ``lease``.
+    """The table a write of rows of ``schema`` builds on, bound to the lake under ``lease``.
 
-    A table to be created (or one never written, which has no key codec yet)
-    is stored under the lease as it will be, with the codec of ``key_type``,
-    so that tasks can load it like any other table.
+    The table is first made ready for those columns, once, here: a key codec
+    if it has none, and (a typed table) the DataFrame's new fields added to
+    its schema, so that every task conforms its rows to one schema. If that
+    changed the table (or it is to be created), the result is stored under
+    the lease, so that tasks can load it like any other table.
     """
     tables = lake_tables(conn, lease)
     if create is None:
-        committed = table_root(db, table)
+        committed: str | None = table_root(db, table)
         current = Table(tables, committed_table(db, table).root)
-        if current.codec is not None:
-            return Base(current, committed, committed)
-        typed = current.with_codec_for(dtype=key_type)
-        return Base(typed, str(typed.save()), committed)
-    fresh = Table.new(tables, key_field=create.key, key_codec=create.key_codec)
-    return Base(fresh, str(fresh.save()), None)
+    else:
+        committed = None
+        key = create.key[0] if len(create.key) == 1 else create.key
+        current = Table.new(tables, key_field=key, key_codec=create.key_codec, typed=True)
+    ready, _ = current.prepare_rows(empty_rows(schema))
+    if committed is not None and ready.root == current.root:
+        return Base(current, committed, committed)
+    return Base(ready, str(ready.save()), committed)
+
+
+def empty_rows(schema: StructType) -> pa.Table:
+    """No rows, with the Arrow types of Spark's ``schema`` (VARIANT and CBOR fields schema-free)."""
+    arrow = to_arrow_schema(schema, timezone="UTC")
+    fields = []
+    for spark_field, field in zip(schema, arrow, strict=True):
+        mixed = isinstance(spark_field.dataType, VariantType) or (
+            spark_field.metadata.get(ENCODING) == "cbor"
+        )
+        fields.append(cbor_field(field.name) if mixed else field)
+    return pa.schema(fields).empty_table()
 
 
 def has_table(db: Database, table: str) -> bool:
@@ -351,37 +368,41 @@ def has_table(db: Database, table: str) -> bool:
 
 
 def table_settings(
-    opts: WriteOptions, schema: StructType, existing_key: str | None
+    opts: WriteOptions, schema: StructType, existing_key: Sequence[str] | None
 ) -> TableSettings | None:
     """The settings of a table the write creates (None: it exists), checked against ``schema``."""
     names = schema.fieldNames()
     if existing_key is not None:
-        if opts.key is not None and opts.key != existing_key:
+        shown = existing_key[0] if len(existing_key) == 1 else list(existing_key)
+        if opts.key is not None and opts.key.split(",") != list(existing_key):
             raise UsageError(
-                f"table {opts.table!r} is keyed by {existing_key!r}, not by {opts.key!r}: "
+                f"table {opts.table!r} is keyed by {shown!r}, not by {opts.key!r}: "
                 "drop the key option or write to another table"
             )
-        if existing_key not in names:
-            raise UsageError(
-                f"the DataFrame has no column {existing_key!r}, the key field of table "
-                f"{opts.table!r} (its columns: {', '.join(names)})"
-            )
+        for field in existing_key:
+            if field not in names:
+                raise UsageError(
+                    f"the DataFrame has no column {field!r}, a key field of table "
+                    f"{opts.table!r} (its columns: {', '.join(names)})"
+                )
         return None
     if not opts.key:
         raise UsageError(
             f"table {opts.table!r} does not exist in database {opts.db!r}: pass the option "
-            '"key" (the key field) to create it'
+            '"key" (the key field, or several separated by commas) to create it'
         )
-    if opts.key not in names:
-        raise UsageError(
-            f"the key field {opts.key!r} is not a column of the DataFrame (its columns: "
-            f"{', '.join(names)})"
-        )
+    fields = tuple(name.strip() for name in opts.key.split(","))
+    for field in fields:
+        if field not in names:
+            raise UsageError(
+                f"the key field {field!r} is not a column of the DataFrame (its columns: "
+                f"{', '.join(names)})"
+            )
     if opts.key_codec is not None:
         codec = key_codec(opts.key_codec)
     else:
-        codec = infer_key_codec_arrow(to_arrow_type(schema[opts.key].dataType))
-    return TableSettings(opts.key, codec.spec)
+        codec = codec_for_types([to_arrow_type(schema[field].dataType) for field in fields])
+    return TableSettings(fields, codec.spec)
 
 
 def start_job(opts: WriteOptions, schema: StructType, mode: str) -> tuple[WriteJob, Base]:
@@ -393,16 +414,13 @@ def start_job(opts: WriteOptions, schema: StructType, mode: str) -> tuple[WriteJ
     """
     conn = open_lake(opts.lake)
     db = conn.open_db(opts.db)
-    existing = committed_table(db, opts.table).root.key_field if has_table(db, opts.table) else None
+    existing = committed_table(db, opts.table).key.fields if has_table(db, opts.table) else None
     create = table_settings(opts, schema, existing)
     if create is not None:
         mode = "replace"
-    key_field = create.key if create is not None else existing
-    assert key_field is not None
-    key_type = to_arrow_type(schema[key_field].dataType)
     lease = conn.leases.acquire_writer(opts.lease_ttl, db=opts.db)
     try:
-        base = plan_base(conn, db, opts.table, lease, create, key_type)
+        base = plan_base(conn, db, opts.table, lease, create, schema)
         whole = (WriteGroup(0, None, None, None),)
         job = WriteJob(
             lake=opts.lake,

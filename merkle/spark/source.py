@@ -56,7 +56,7 @@ class _Resolved:
     version: int
     db_root: str
     table_root: str
-    key_field: str
+    key_fields: tuple[str, ...]
     key_codec: str
     arrow: pa.Schema
     schema_json: str
@@ -80,18 +80,16 @@ def _resolve(read: ReadOptions) -> _Resolved:
             "no key type and no fields yet: write to it first"
         )
     arrow = arrow_schema(table)
-    schema = spark_schema(arrow, key_field=table.root.key_field, mixed=read.mixed, table=read.table)
+    keys = table.key.fields
+    schema = spark_schema(arrow, key_fields=keys, mixed=read.mixed, table=read.table)
     if read.fields is not None:
-        key = table.root.key_field
-        schema = StructType(
-            [schema[key]]
-            + [_field(schema, name, read.table) for name in read.fields if name != key]
-        )
+        wanted = [_field(schema, name, read.table) for name in read.fields if name not in keys]
+        schema = StructType([*(schema[key] for key in keys), *wanted])
     return _Resolved(
         db.version,
         db.root,
         table_root(db, read.table),
-        table.root.key_field,
+        keys,
         table.codec.spec,
         arrow,
         schema.json(),
@@ -152,11 +150,11 @@ class MerkleReader(DataSourceReader):
         self.partition_bytes = read.partition_bytes
         self.min_partitions = read.min_partitions
         self.table_root = resolved.table_root
-        self.key_field = resolved.key_field
+        self.key_fields = resolved.key_fields
         codec = key_codec(resolved.key_codec)
         self.codec_spec = codec.spec
-        wanted = [f.name for f in schema if f.name != resolved.key_field]
-        stored = [f.name for f in resolved.arrow if f.name != resolved.key_field]
+        wanted = [f.name for f in schema if f.name not in resolved.key_fields]
+        stored = [f.name for f in resolved.arrow if f.name not in resolved.key_fields]
         self.fields: tuple[str, ...] | None = None if set(stored) <= set(wanted) else tuple(wanted)
         self.convert = RowConverter.of(schema, resolved.arrow)
         from_pk = None if read.from_pk is None else parse_key(codec, read.from_pk, "from_pk")
@@ -165,7 +163,10 @@ class MerkleReader(DataSourceReader):
         self.lease = _lease_version(read, resolved)
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (pyspark name)
-        keys, rest = key_filters(filters, self.key_field, key_codec(self.codec_spec))
+        if len(self.key_fields) != 1:  # a composite key: Spark compares
+            yield from filters
+            return
+        keys, rest = key_filters(filters, self.key_fields[0], key_codec(self.codec_spec))
         self.keys = self.keys.intersect(keys)
         yield from rest
 

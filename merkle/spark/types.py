@@ -65,8 +65,11 @@ def _spark_type(field: pa.Field, mixed: str, table: str) -> tuple[DataType, dict
         if mixed == "cbor":
             return BinaryType(), {ENCODING: "cbor"}
         return VariantType(), {}
+    kind = field.type
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type  # Spark has no dictionary type: the values (cast when read)
     try:
-        return from_arrow_type(field.type), {}
+        return from_arrow_type(kind), {}
     except Exception as exc:  # pyspark raises its own error types
         raise UsageError(
             f"field {field.name!r} of table {table!r} has Arrow type {field.type}, which "
@@ -74,12 +77,14 @@ def _spark_type(field: pa.Field, mixed: str, table: str) -> tuple[DataType, dict
         ) from None
 
 
-def spark_schema(arrow: pa.Schema, *, key_field: str, mixed: str, table: str) -> StructType:
+def spark_schema(
+    arrow: pa.Schema, *, key_fields: Sequence[str], mixed: str, table: str
+) -> StructType:
     """The Spark schema of a table's Arrow schema (see the module doc)."""
     fields = []
     for field in arrow:
         kind, metadata = _spark_type(field, mixed, table)
-        fields.append(StructField(field.name, kind, field.name != key_field, metadata))
+        fields.append(StructField(field.name, kind, field.name not in key_fields, metadata))
     return StructType(fields)
 
 

@@ -206,6 +206,29 @@ class ObjectStore(ABC):
         """Remove several keys (missing ones are skipped)."""
         self.map_bulk(self.delete, list(keys))
 
+    # -- durability and leftovers ------------------------------------------------
+
+    def make_durable(self, keys: Iterable[str]) -> None:
+        """Make objects found present survive a crash before relying on them.
+
+        Another process's write can be visible before it is durable (a file
+        store between its rename and its directory flush). A writer that finds
+        an object present and skips writing it (a block another transaction
+        wrote) calls this before making anything durable that names it (a
+        journal entry). Backends where visible means durable (memory, S3) do
+        nothing.
+        """
+        return None
+
+    def remove_stale_temporaries(self, older_than: float) -> tuple[int, int]:
+        """Remove temporaries killed writers left, last written before ``older_than``.
+
+        ``older_than`` is a time in seconds since the epoch (GC passes ``now -
+        grace``). Returns ``(count, bytes)`` removed. Backends that write no
+        temporaries (memory) remove nothing.
+        """
+        return 0, 0
+
     # -- life cycle ----------------------------------------------------------
 
     #: Threads used by the default bulk methods; 1 means serial.

@@ -13,6 +13,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import re
 import stat
 import threading
 import uuid
@@ -33,6 +34,8 @@ from merkle.storage.base import (
 __all__ = ["FileStore"]
 
 _TMP_PREFIX = ".tmp-"
+#: The name of a temporary file this store writes (a uuid4 in hex after the prefix).
+_TMP_NAME = re.compile(re.escape(_TMP_PREFIX) + "[0-9a-f]{32}")
 
 
 class FileStore(ObjectStore):
@@ -106,6 +109,8 @@ class FileStore(ObjectStore):
             st = os.stat(self._path(key))
         except (FileNotFoundError, NotADirectoryError):
             raise self._missing(key) from None
+        except OSError as exc:
+            raise StorageError(f"cannot stat {key!r} in {self.uri}: {exc}") from exc
         if not stat.S_ISREG(st.st_mode):
             raise self._missing(key)
         return ObjectInfo(key, st.st_size, st.st_mtime)
@@ -120,6 +125,8 @@ class FileStore(ObjectStore):
             entries = list(os.scandir(path))
         except (FileNotFoundError, NotADirectoryError):
             return
+        except OSError as exc:
+            raise StorageError(f"cannot list {self._key_of(path)!r} in {self.uri}: {exc}") from exc
         # Sort so that full keys come out in byte order: a directory's keys all
         # start with "name/", so it sorts as "name/".
         ranked = []
@@ -140,6 +147,8 @@ class FileStore(ObjectStore):
                     st = entry.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue  # deleted while listing
+                except OSError as exc:
+                    raise StorageError(f"cannot stat {key!r} in {self.uri}: {exc}") from exc
                 yield ObjectInfo(key, st.st_size, st.st_mtime)
 
     def list_prefixes(self, prefix: str = "") -> builtins.list[str]:
@@ -149,28 +158,41 @@ class FileStore(ObjectStore):
             names = os.listdir(path)
         except (FileNotFoundError, NotADirectoryError):
             return []
+        except OSError as exc:
+            raise StorageError(f"cannot list {prefix!r} in {self.uri}: {exc}") from exc
         return sorted(name for name in names if not name.startswith("."))
 
     # -- writes --------------------------------------------------------------
 
     def _ensure_dir(self, directory: str) -> None:
+        """Create ``directory`` and its parents as needed, and make each level's name durable.
+
+        A level found existing is flushed in its parent too (once per store):
+        another process may have created it and not flushed its parent yet,
+        and an object this store puts in it must not outlive its directory.
+        """
         if directory in self._dirs_known:
             return
-        missing = []
+        if not os.path.isdir(self.root):
+            os.makedirs(self.root, exist_ok=True)
+            self._sync_dir(os.path.dirname(self.root))
+        levels = []
         probe = directory
-        while not os.path.isdir(probe):
-            missing.append(probe)
+        while probe != self.root and probe not in self._dirs_known:
+            levels.append(probe)
             probe = os.path.dirname(probe)
-        for created in reversed(missing):
+        for level in reversed(levels):
             try:
-                os.mkdir(created)
+                os.mkdir(level)
             except FileExistsError:
-                if not os.path.isdir(created):
-                    raise self._not_a_directory(created) from None
-                continue  # another thread or process made it
+                if not os.path.isdir(level):
+                    raise self._not_a_directory(level) from None
+                # Made by another thread or process, which may not have flushed it yet.
             except NotADirectoryError:
-                raise self._not_a_directory(created) from None
-            self._sync_dir(os.path.dirname(created))
+                raise self._not_a_directory(level) from None
+            self._sync_dir(os.path.dirname(level))
+            with self._dirs_lock:
+                self._dirs_known.add(level)
         with self._dirs_lock:
             self._dirs_known.add(directory)
 
@@ -270,8 +292,16 @@ class FileStore(ObjectStore):
                 "objects were written)",
                 definite=renamed == 0,
             ) from exc
-        for directory in sorted({os.path.dirname(path) for path, _ in staged}):
-            self._sync_dir(directory)
+        try:
+            for directory in sorted({os.path.dirname(path) for path, _ in staged}):
+                self._sync_dir(directory)
+        except OSError as exc:
+            raise StorageError(
+                f"wrote {len(staged)} objects to {self.uri} (the first "
+                f"{self._key_of(staged[0][0])!r}) but could not flush their directory: {exc}; "
+                "they are visible and may not survive a crash",
+                definite=False,
+            ) from exc
 
     def _try_write_temp(self, path: str, data: bytes) -> str | BaseException:
         """:meth:`_write_temp`, returning the error instead of raising it (for cleanup)."""
@@ -292,13 +322,52 @@ class FileStore(ObjectStore):
         except OSError as exc:
             raise StorageError(f"cannot write {key!r} to {self.uri}: {exc}") from exc
         try:
-            os.link(tmp, path)
-        except FileExistsError:
-            return False
+            created = self._link(key, tmp, path)
         finally:
             _unlink_quietly(tmp)
-        self._sync_dir(os.path.dirname(path))
-        return True
+        if created:
+            try:
+                self._sync_dir(os.path.dirname(path))
+            except OSError as exc:
+                raise StorageError(
+                    f"created {key!r} in {self.uri} but could not flush its directory: {exc}; "
+                    "it holds the new bytes and may not survive a crash",
+                    definite=False,
+                ) from exc
+        return created
+
+    def _link(self, key: str, tmp: str, path: str) -> bool:
+        """Hard-link the temp file to the key; whether this call created the key.
+
+        A link that reports an error may still have happened (an EEXIST for a
+        retransmitted NFS request that had succeeded, an EIO after the entry
+        was written): the key is this call's exactly when it names the temp
+        file's inode, which is what decides, never the error alone.
+        """
+        try:
+            ours = os.stat(tmp)
+        except OSError as exc:
+            raise StorageError(f"cannot write {key!r} to {self.uri}: {exc}") from exc
+        try:
+            os.link(tmp, path)
+            return True
+        except OSError as exc:
+            error = exc
+        try:
+            found = os.stat(path)
+        except FileNotFoundError:
+            found = None
+        except OSError as exc:
+            raise StorageError(
+                f"conditional write of {key!r} to {self.uri} failed ({error}) and the key "
+                f"cannot be read back ({exc}); it may or may not have been created",
+                definite=False,
+            ) from error
+        if found is not None and (found.st_dev, found.st_ino) == (ours.st_dev, ours.st_ino):
+            return True
+        if isinstance(error, FileExistsError) and found is not None:
+            return False
+        raise StorageError(f"cannot write {key!r} to {self.uri}: {error}") from error
 
     def touch(self, key: str) -> None:
         self.set_mtime(key, None)
@@ -312,14 +381,78 @@ class FileStore(ObjectStore):
             os.utime(path, None if mtime is None else (mtime, mtime))
         except (FileNotFoundError, NotADirectoryError):
             raise self._missing(key) from None
+        except OSError as exc:
+            raise StorageError(f"cannot touch {key!r} in {self.uri}: {exc}") from exc
 
     def delete(self, key: str) -> None:
+        path = self._path(key)
         try:
-            os.unlink(self._path(key))
+            os.unlink(path)
         except (FileNotFoundError, NotADirectoryError):
             pass
         except IsADirectoryError:
             raise UsageError(f"{key!r} in {self.uri} is a directory, not an object") from None
+        except OSError as exc:
+            try:
+                still_there = os.path.lexists(path)
+            except OSError:
+                still_there = False
+            raise StorageError(
+                f"cannot delete {key!r} in {self.uri}: {exc}", definite=still_there
+            ) from exc
+
+    # -- durability and leftovers ----------------------------------------------------
+
+    def make_durable(self, keys: Iterable[str]) -> None:
+        """Flush the names of objects found present, which another writer may not have yet.
+
+        Every writer renames or links a file into a key only after fsyncing
+        its bytes, so a visible object's bytes are durable and only its name
+        (its directory entry) may not be: one directory fsync per directory
+        settles it, plus once per store the directories' own names.
+        """
+        if not self.fsync:
+            return
+        directories = sorted({os.path.dirname(self._path(key)) for key in keys})
+        try:
+            for directory in directories:
+                self._ensure_dir(directory)
+                self._sync_dir(directory)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot flush {self._key_of(directories[0])!r} in {self.uri}: {exc}"
+            ) from exc
+
+    def remove_stale_temporaries(self, older_than: float) -> tuple[int, int]:
+        """Delete ``.tmp-*`` files last written before ``older_than`` (killed writers' leftovers).
+
+        A writer still using such a file (stalled that long between writing
+        and renaming it) gets a StorageError from its rename or link; no key
+        changes.
+        """
+        removed = size = 0
+
+        def fail(exc: OSError) -> None:
+            raise StorageError(f"cannot scan {self.uri} for temporary files: {exc}") from exc
+
+        for directory, subdirs, names in os.walk(self.root, onerror=fail):
+            subdirs[:] = [name for name in subdirs if not name.startswith(".")]
+            for name in names:
+                if not _TMP_NAME.fullmatch(name):
+                    continue
+                path = os.path.join(directory, name)
+                try:
+                    st = os.lstat(path)
+                    if not stat.S_ISREG(st.st_mode) or st.st_mtime >= older_than:
+                        continue
+                    os.unlink(path)
+                except FileNotFoundError:
+                    continue  # renamed or removed meanwhile
+                except OSError as exc:
+                    raise StorageError(f"cannot remove the temporary file {path!r}: {exc}") from exc
+                removed += 1
+                size += st.st_size
+        return removed, size
 
 
 def _unlink_quietly(path: str) -> None:

@@ -79,6 +79,9 @@ _OPTIONS = (
     "read_timeout",
 )
 
+#: Name prefix of the object check_conditional_writes creates and deletes (never a lake key).
+_PROBE = ".merkle-probe-"
+
 _CREDENTIAL_CODES = frozenset(
     {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"}
 )
@@ -396,9 +399,10 @@ class S3Store(ObjectStore):
         # S3 lists keys in ascending UTF-8 byte order, the order the contract asks for.
         for page in self._pages(f"list of {prefix!r}", Prefix=self.prefix + prefix):
             for item in page.get("Contents", ()):
-                yield ObjectInfo(
-                    item["Key"][strip:], int(item["Size"]), item["LastModified"].timestamp()
-                )
+                key = item["Key"][strip:]
+                if _hidden(key):
+                    continue  # a probe object, never a lake key
+                yield ObjectInfo(key, int(item["Size"]), item["LastModified"].timestamp())
 
     def list_prefixes(self, prefix: str = "") -> builtins.list[str]:
         check_prefix(prefix, directory=True)
@@ -409,8 +413,7 @@ class S3Store(ObjectStore):
                 entry["Prefix"][len(full) : -1] for entry in page.get("CommonPrefixes", ())
             )
             names.update(item["Key"][len(full) :] for item in page.get("Contents", ()))
-        names.discard("")
-        return sorted(names)
+        return sorted(name for name in names if name and not name.startswith("."))
 
     # -- writes --------------------------------------------------------------
 
@@ -481,7 +484,7 @@ class S3Store(ObjectStore):
         for a setup check, not for every open. The probe's name starts with
         ``.``, so it can never collide with a lake key.
         """
-        probe = f".merkle-probe-{uuid.uuid4().hex}"
+        probe = f"{_PROBE}{uuid.uuid4().hex}"
         full = self.prefix + probe
         try:
             created = self._create(full, probe, b"first")
@@ -499,6 +502,23 @@ class S3Store(ObjectStore):
                 "writes for its commits (AWS S3 since 2024, MinIO); use a store that has them",
                 definite=True,
             )
+
+    def remove_stale_temporaries(self, older_than: float) -> tuple[int, int]:
+        """Delete the probe objects of interrupted :meth:`check_conditional_writes` calls.
+
+        Puts are single ``PutObject`` requests (no multipart uploads), so a
+        killed writer leaves nothing half-written in S3; the probe object is
+        the only temporary this store creates.
+        """
+        stale = [
+            (item["Key"], int(item["Size"]))
+            for page in self._pages("listing of probe objects", Prefix=self.prefix + _PROBE)
+            for item in page.get("Contents", ())
+            if item["LastModified"].timestamp() < older_than
+        ]
+        if stale:
+            self.map_bulk(self._delete_batch, [[full for full, _ in stale]])
+        return len(stale), sum(size for _, size in stale)
 
     def touch(self, key: str) -> None:
         full = self._full(key)
@@ -562,6 +582,11 @@ class S3Store(ObjectStore):
                 )
             remaining = [e["Key"] for e in errors]
             time.sleep(backoff_delay(attempt, self.retry_base_delay, self.retry_max_delay))
+
+
+def _hidden(key: str) -> bool:
+    """Whether a listed key has a segment starting with '.' (no valid key does)."""
+    return key.startswith(".") or "/." in key
 
 
 def _reason(exc: BaseException) -> str:

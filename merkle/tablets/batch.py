@@ -38,6 +38,7 @@ __all__ = [
     "delete_keys",
     "fold",
     "load_batch",
+    "lookup_pending",
     "merge_tier",
     "upsert_keys",
     "write_batch",
@@ -79,6 +80,35 @@ def upsert_keys(ts: TableStore, node: BatchNode, key_field: str, codec: KeyCodec
 def delete_keys(ts: TableStore, cid: CID, node: BatchNode) -> KeyIndex:
     """The sorted encoded keys a batch deletes (cached by batch)."""
     return ts.key_index(cid, lambda: pa.array(list(node.deletes), type=pa.binary()), part="deletes")
+
+
+def lookup_pending(
+    ts: TableStore, pending: Sequence[CID], keys: Sequence[bytes], key_field: str, codec: KeyCodec
+) -> tuple[list[pa.Table], list[bytes]]:
+    """Point lookups in the pending batches: the rows found, and the keys no batch decides.
+
+    Batches are searched newest first through their cached key indexes (a key
+    the newest batch holding it upserts is found there; one it deletes is
+    gone): no overlay of every pending batch is folded, so a read right after
+    a commit costs a few binary searches, not a fold of the pending changes.
+    """
+    found: list[pa.Table] = []
+    undecided = list(keys)
+    for cid in pending:
+        if not undecided:
+            break
+        node = ts.batch(cid)
+        decided = np.zeros(len(undecided), dtype=bool)
+        if node.upserts is not None:
+            rows = np.array(upsert_keys(ts, node, key_field, codec).find(undecided))
+            hit = rows >= 0
+            if hit.any():
+                found.append(ts.segment(node.upserts).take(pa.array(rows[hit])))
+            decided |= hit
+        if node.deletes:
+            decided |= np.array(delete_keys(ts, cid, node).find(undecided)) >= 0
+        undecided = [key for key, done in zip(undecided, decided, strict=True) if not done]
+    return found, undecided
 
 
 def load_batch(ts: TableStore, cid: CID, key_field: str, codec: KeyCodec) -> BatchContent:

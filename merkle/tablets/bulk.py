@@ -48,6 +48,8 @@ __all__ = [
     "TabletInfo",
     "WriteGroup",
     "arrow_schema",
+    "encode_keys",
+    "key_column",
     "merge_leaves",
     "plan_groups",
     "plan_merges",
@@ -161,8 +163,10 @@ def read_slices(
     """The rows of each slice in key order (pending changes applied), within ``keys``.
 
     Segments are fetched (and verified) a few tablets at a time, concurrently;
-    only the families ``fields`` needs are read. Each slice yields one table
-    (possibly empty) holding the key column and the wanted fields.
+    only the families and columns ``fields`` needs are read. Each slice
+    yields one table (possibly empty) holding the key and the wanted fields,
+    as the user's table (:meth:`Table.present`: a typed table's schema order
+    and exact types).
     """
     keys = KeyRanges.everything() if keys is None else keys
     spec = table.spec
@@ -180,21 +184,25 @@ def read_slices(
                 chosen = keys.select(spec.codec.encode_array(rows.column(spec.key_field)))
                 if chosen is not None:
                     rows = rows.take(chosen)
-            yield rows
+            yield table.present(rows, fields)
 
 
 def arrow_schema(table: Table) -> pa.Schema:
-    """The Arrow schema of every row the table holds: the key, then each field by name.
+    """The Arrow schema of the rows :func:`read_slices` gives.
 
-    Fields are schema-free, so each segment (every tablet's and every pending
-    batch's) may type a field differently; a field stored with one Arrow type
-    everywhere has that type, a field stored with several (or as CBOR
-    anywhere) is a CBOR field (:func:`~merkle.tablets.segment.cbor_field`).
-    Reads each segment's schema (a few hundred bytes each), never its data.
+    A typed table's own schema. A table written before schemas is
+    schema-free, so each segment (every tablet's and every pending batch's)
+    may type a field differently: its schema is the key, then each field by
+    name, with the one Arrow type it is stored with everywhere, or as a CBOR
+    field (:func:`~merkle.tablets.segment.cbor_field`) where it is stored
+    with several (or as CBOR anywhere). That reads each segment's schema (a
+    few hundred bytes each), never its data.
     """
     codec = table.codec
     if codec is None:
         raise UsageError("the table has no key type yet: write a record first")
+    if table.root.typed and table.schema is not None:
+        return table.schema
     ts = table.ts
     cids = [cid for ref in table.tablets() for cid in ts.tablet(ref.cid).segments.values()]
     for batch_cid in table.root.pending:
@@ -237,6 +245,20 @@ def plan_groups(table: Table) -> list[WriteGroup]:
         lo = end
     ranges.append((lo, None, None))
     return [WriteGroup(i, a, b, t) for i, (a, b, t) in enumerate(ranges)]
+
+
+def key_column(table: Table, rows: pa.Table) -> pa.Array | pa.ChunkedArray:
+    """The key values of user rows in the key codec's Arrow type (a struct for a composite key)."""
+    if not table.key.composite:
+        return rows.column(table.key.column)
+    keys = rows.select(list(table.key.fields))
+    _, conformed = table.prepare_rows(keys)
+    return conformed.column(table.key.column)
+
+
+def encode_keys(table: Table, rows: pa.Table) -> pa.Array:
+    """The encoded keys of user rows (in their order)."""
+    return table.spec.codec.encode_array(key_column(table, rows))
 
 
 def route(keys: pa.Array | pa.ChunkedArray, starts: Sequence[bytes]) -> np.ndarray:

@@ -95,6 +95,15 @@ class KeyCodec(ABC):
         """The key bytes of ``value``; UsageError if it is not a key of this codec."""
         return self._encode_top(self.normalize(value))
 
+    def encode_prefix(self, value: Any) -> bytes | None:
+        """The encoded bytes every key starting with ``value`` starts with, or None.
+
+        Only a tuple codec has prefixes: ``("DE",)`` under ``tuple(str,int)``
+        bounds every key whose first component is ``"DE"``. None means
+        ``value`` is not a proper prefix (encode it as a whole key).
+        """
+        return None
+
     def decode(self, data: bytes) -> Any:
         """The key value of encoded bytes; IntegrityError if they are malformed."""
         if not isinstance(data, bytes | bytearray | memoryview):
@@ -553,6 +562,17 @@ class _TupleCodec(KeyCodec):
             codec._encode_delimited(item)
             for codec, item in zip(self.components, value, strict=True)
         )
+
+    def encode_prefix(self, value: Any) -> bytes | None:
+        if not isinstance(value, tuple | list) or not 0 < len(value) < len(self.components):
+            return None
+        head = _TupleCodec(self.components[: len(value)])
+        try:
+            return head._encode_delimited(head._normalize(value))
+        except _KeyTypeError as exc:
+            raise UsageError(
+                f"key prefix {_show(value)} does not fit key codec {self.spec!r}: {exc}"
+            ) from None
 
     def _decode_delimited(self, data: bytes, pos: int) -> tuple[Any, int]:
         values = []

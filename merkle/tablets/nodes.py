@@ -13,9 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from merkle.blocks.cid import CID
 from merkle.blocks.codec import NODE_VERSION, check_node
 from merkle.errors import IntegrityError
+from merkle.tablets.schema import composite_column, decode_schema, encode_schema
 
 __all__ = [
     "BASE",
@@ -23,6 +26,7 @@ __all__ = [
     "INDEX",
     "TABLE",
     "TABLET",
+    "TYPED_TABLE_VERSION",
     "BatchNode",
     "ChildRef",
     "IndexNode",
@@ -38,6 +42,10 @@ BATCH = "merkle/batch"
 
 #: The family that holds every key and the fields of no other family.
 BASE = "base"
+
+#: Format version of a table root that has a schema (and maybe a composite key):
+#: version 1 roots are the tables written before schemas, read as they always were.
+TYPED_TABLE_VERSION = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,14 +91,16 @@ class Limits:
     @classmethod
     def from_node(cls, node: Mapping[str, Any]) -> Limits:
         try:
+            if not isinstance(node, Mapping):
+                raise TypeError(f"limits are a {type(node).__name__}, not a map")
             return cls(
-                int(node["tablet_size"]),
-                int(node["branching"]),
-                int(node["patch"]),
-                int(node.get("patch_share", 0)),
+                _count(node["tablet_size"], least=1),
+                _count(node["branching"], least=2),
+                _count(node["patch"]),
+                _count(node.get("patch_share", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
-            raise IntegrityError(f"table limits are malformed: {node!r}") from exc
+            raise IntegrityError(f"table limits are malformed ({exc}): {node!r:.200}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,17 +140,19 @@ class TabletNode:
     def from_node(cls, node: Any, where: object = None) -> TabletNode:
         node = check_node(node, TABLET, where=where)
         try:
-            segments = node["segments"]
-            if not all(isinstance(v, CID) for v in segments.values()):
-                raise TypeError("segment links must be CIDs")
+            segments = _map(node["segments"])
+            if BASE not in segments or not all(
+                isinstance(k, str) and isinstance(v, CID) for k, v in segments.items()
+            ):
+                raise TypeError("segments must map family names, 'base' first, to links")
             return cls(
-                int(node["count"]),
-                int(node["size"]),
-                bytes(node["first_key"]),
-                bytes(node["last_key"]),
+                _count(node["count"]),
+                _count(node["size"]),
+                _bytes(node["first_key"]),
+                _bytes(node["last_key"]),
                 dict(segments),
             )
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             raise IntegrityError(f"tablet {where} is malformed: {exc}") from exc
 
 
@@ -187,17 +199,25 @@ class IndexNode:
     def from_node(cls, node: Any, where: object = None) -> IndexNode:
         node = check_node(node, INDEX, where=where)
         try:
-            height = int(node["height"])
-            links = node["children"]
-            counts, sizes = node["counts"], node["sizes"]
-            lasts, keys = node["last_keys"], node["keys"]
+            height = _count(node["height"], least=1)
+            links, counts, sizes = (
+                _list(node["children"]),
+                _list(node["counts"]),
+                _list(node["sizes"]),
+            )
+            lasts, keys = _list(node["last_keys"]), _list(node["keys"])
             n = len(links)
             if not n or not len(counts) == len(sizes) == len(lasts) == n or len(keys) != n - 1:
                 raise ValueError("children, counts, sizes, last_keys and keys disagree in length")
-            firsts = [bytes(node["first_key"]), *map(bytes, keys)]
+            firsts = [_bytes(node["first_key"]), *map(_bytes, keys)]
             children = tuple(
                 ChildRef(
-                    links[i], height - 1, int(counts[i]), int(sizes[i]), firsts[i], bytes(lasts[i])
+                    links[i],
+                    height - 1,
+                    _count(counts[i]),
+                    _count(sizes[i]),
+                    firsts[i],
+                    _bytes(lasts[i]),
                 )
                 for i in range(n)
             )
@@ -256,27 +276,39 @@ class BatchNode:
             if upserts is not None and not isinstance(upserts, CID):
                 raise TypeError("upserts must be a link or null")
             batch = cls(
-                int(node["lower"]),
-                int(node["upper"]),
+                _count(node["lower"]),
+                _count(node["upper"]),
                 upserts,
-                int(node["upsert_count"]),
-                bytes(node["upserts_in_merged"]),
-                tuple(bytes(k) for k in node["deletes"]),
-                bytes(node["deletes_in_merged"]),
-                int(node["size"]),
+                _count(node["upsert_count"]),
+                _bytes(node["upserts_in_merged"]),
+                tuple(_bytes(k) for k in _list(node["deletes"])),
+                _bytes(node["deletes_in_merged"]),
+                _count(node["size"]),
             )
+            if batch.lower > batch.upper:
+                raise ValueError(f"versions {batch.lower}..{batch.upper} are out of order")
+            bits = len(batch.upserts_in_merged) * 8, len(batch.deletes_in_merged) * 8
+            if bits[0] < batch.upsert_count or bits[1] < len(batch.deletes):
+                raise ValueError("a membership bitmap is shorter than its entries")
         except (KeyError, TypeError, ValueError) as exc:
             raise IntegrityError(f"batch {where} is malformed: {exc}") from exc
-        if int(node.get("count", -1)) != batch.count:
+        if node.get("count") != batch.count:
             raise IntegrityError(
-                f"batch {where} has count {node.get('count')}, holds {batch.count}"
+                f"batch {where} has count {node.get('count')!r:.40}, holds {batch.count}"
             )
         return batch
 
 
 @dataclass(frozen=True, slots=True)
 class TableRoot:
-    """The root of one table version: settings, the merged area and the pending batches."""
+    """The root of one table version: settings, the merged area and the pending batches.
+
+    ``key_field`` is the segment key column; ``key_fields`` the user's key
+    fields (one, or several for a composite key, stored as a struct column).
+    ``typed`` tables (format version 2) keep a ``schema`` (None until the
+    first write or declaration); version 1 tables have none and read as they
+    always did.
+    """
 
     key_field: str
     key_codec: str | None  # None until the first write picks one
@@ -289,13 +321,22 @@ class TableRoot:
     meta: Any = field(default=None)
     #: Identity of the table across versions: a drop and re-create gives a new one.
     uid: str = ""
+    key_fields: tuple[str, ...] = ()
+    typed: bool = False
+    schema: pa.Schema | None = None
+    #: Fields first written after this table chose so are schema-free (the record model).
+    free_default: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.key_fields:
+            object.__setattr__(self, "key_fields", (self.key_field,))
 
     def family_of(self) -> dict[str, str]:
         """Field name -> family name, for every field that belongs to a family."""
         return {f: fam for fam, fields in self.families.items() for f in fields}
 
     def to_node(self) -> dict[str, Any]:
-        return {
+        node: dict[str, Any] = {
             "type": TABLE,
             "v": NODE_VERSION,
             "key": {"field": self.key_field, "codec": self.key_codec},
@@ -308,28 +349,98 @@ class TableRoot:
             "meta": self.meta,
             "uid": self.uid,
         }
+        if self.typed:
+            node["v"] = TYPED_TABLE_VERSION
+            fields = self.key_fields
+            node["key"]["field"] = list(fields) if len(fields) > 1 else fields[0]
+            node["schema"] = None if self.schema is None else encode_schema(self.schema)
+            if self.free_default:
+                node["new_fields"] = "free"
+        return node
 
     @classmethod
     def from_node(cls, node: Any, where: object = None) -> TableRoot:
-        node = check_node(node, TABLE, where=where)
+        node = check_node(node, TABLE, where=where, versions=(NODE_VERSION, TYPED_TABLE_VERSION))
+        typed = node["v"] == TYPED_TABLE_VERSION
         try:
+            key = _map(node["key"])
+            key_fields: tuple[str, ...] = ()
+            if typed:
+                named = key["field"]
+                key_fields = (named,) if isinstance(named, str) else tuple(map(_text, _list(named)))
+                if not key_fields:
+                    raise ValueError("the key names no field")
+                key_field = key_fields[0] if len(key_fields) == 1 else composite_column(key_fields)
+            else:
+                key_field = _text(key["field"])
+            stored = node.get("schema") if typed else None
+            if stored is not None and not isinstance(stored, bytes):
+                raise TypeError("schema must be bytes or null")
             data = node["data"]
-            pending = tuple(node["pending"])
+            pending = tuple(_list(node["pending"]))
             if data is not None and not isinstance(data, CID):
                 raise TypeError("data must be a link or null")
             if not all(isinstance(p, CID) for p in pending):
                 raise TypeError("pending entries must be links")
+            codec = key["codec"]
+            families = _map(node["families"])
+            if not all(
+                isinstance(name, str) and all(isinstance(f, str) for f in _list(fields))
+                for name, fields in families.items()
+            ):
+                raise TypeError("families must map names to lists of field names")
             return cls(
-                str(node["key"]["field"]),
-                None if node["key"]["codec"] is None else str(node["key"]["codec"]),
-                {str(k): tuple(v) for k, v in node["families"].items()},
+                key_field,
+                None if codec is None else _text(codec),
+                {name: tuple(fields) for name, fields in families.items()},
                 Limits.from_node(node["limits"]),
                 data,
                 pending,
-                int(node["count"]),
-                int(node["size"]),
+                _count(node["count"]),
+                _count(node["size"]),
                 node.get("meta"),
-                str(node.get("uid", "")),
+                _text(node.get("uid", "")),
+                key_fields,
+                typed,
+                None if stored is None else decode_schema(stored, where),
+                node.get("new_fields", "typed") == "free",
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, IntegrityError) as exc:
             raise IntegrityError(f"table root {where} is malformed: {exc}") from exc
+
+
+# -- strict field readers: a damaged node is an IntegrityError, never a coercion --------------
+
+
+def _count(value: Any, *, least: int = 0) -> int:
+    """An integer >= ``least`` (not a bool, a float or a numeric string)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"expected an integer, found {type(value).__name__} {value!r:.40}")
+    if value < least:
+        raise ValueError(f"expected an integer >= {least}, found {value}")
+    return value
+
+
+def _bytes(value: Any) -> bytes:
+    """A byte string (``bytes(n)`` of a damaged count would allocate n bytes)."""
+    if not isinstance(value, bytes):
+        raise TypeError(f"expected bytes, found {type(value).__name__} {value!r:.40}")
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, found {type(value).__name__} {value!r:.40}")
+    return value
+
+
+def _list(value: Any) -> list[Any]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, found {type(value).__name__} {value!r:.40}")
+    return value
+
+
+def _map(value: Any) -> dict[Any, Any]:
+    if not isinstance(value, dict):
+        raise TypeError(f"expected a map, found {type(value).__name__} {value!r:.40}")
+    return value

@@ -18,8 +18,9 @@ segments it needs. The layout and the compression choice are written down in
 
 from __future__ import annotations
 
+import contextlib
 import datetime
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import cbor2
@@ -39,6 +40,7 @@ __all__ = [
     "SEGMENT_COMPRESSION",
     "SEGMENT_COMPRESSION_LEVEL",
     "arrow_to_records",
+    "cbor_array",
     "cbor_column",
     "cbor_field",
     "column_values",
@@ -306,7 +308,12 @@ def _utc_representable(value: datetime.datetime) -> bool:
     return True
 
 
-def _cbor_array(name: str, values: list[Any], row: _RowName) -> pa.Array:
+def cbor_array(name: str, values: Sequence[Any], row: _RowName) -> pa.Array:
+    """A CBOR column of Python values; UsageError naming ``row(i)`` for one CBOR cannot carry."""
+    return _cbor_array(name, [_plain(v) if v is not None else None for v in values], row)
+
+
+def _cbor_array(name: str, values: Sequence[Any], row: _RowName) -> pa.Array:
     encoded: list[bytes | None] = []
     for position, value in enumerate(values):
         if value is None:
@@ -343,9 +350,9 @@ def arrow_to_records(
             f"segment has no key column {key_field!r} (columns: {table.column_names})"
         )
     wanted = _field_set(fields)
-    records: list[dict[str, Any]] = [
-        {key_field: key} for key in codec.to_python(table.column(key_field))
-    ]
+    with _readable(key_field):
+        keys = codec.to_python(table.column(key_field))
+    records: list[dict[str, Any]] = [{key_field: key} for key in keys]
     for name in table.column_names:
         if name == key_field or (wanted is not None and name not in wanted):
             continue
@@ -355,8 +362,30 @@ def arrow_to_records(
     return records
 
 
+@contextlib.contextmanager
+def _readable(name: str) -> Iterator[None]:
+    """Turn a failure to convert a column's stored values to Python into an IntegrityError.
+
+    Segments this package writes always convert; a crafted or damaged one may
+    hold a timestamp out of Python's range, an unknown time zone, and the like.
+    """
+    try:
+        yield
+    except IntegrityError:
+        raise
+    except (pa.ArrowException, ValueError, OverflowError, TypeError, RecursionError) as exc:
+        raise IntegrityError(
+            f"field {name!r} of a segment holds values that cannot be read: {exc}"
+        ) from None
+
+
 def column_values(table: pa.Table, name: str) -> list[Any]:
     """The Python values of one column of a segment table (CBOR decoded, None for null)."""
+    with _readable(name):
+        return _column_values(table, name)
+
+
+def _column_values(table: pa.Table, name: str) -> list[Any]:
     field = table.schema.field(name)
     column = table.column(name)
     if is_cbor_field(field):
@@ -543,12 +572,28 @@ def decode_segment(data: bytes, columns: Collection[str] | None = None) -> pa.Ta
         reader = pa.ipc.open_stream(pa.py_buffer(data), options=options)
         batches = list(reader)
         table = pa.Table.from_batches(batches, schema=reader.schema)
-        table.validate()
-    except (pa.ArrowException, OSError, ValueError) as exc:
+        # Full: offsets in range and strings valid UTF-8 (readers turn them into str),
+        # for the cost of one pass over the buffers, small beside decompressing them.
+        table.validate(full=True)
+        _check_names(table.schema)
+    except (pa.ArrowException, OSError, ValueError) as exc:  # UnicodeDecodeError too
         raise IntegrityError(f"block of {len(data)} bytes is not a valid segment: {exc}") from None
     if len(batches) != 1:
         raise IntegrityError(f"a segment holds one record batch, this block holds {len(batches)}")
     return table
+
+
+def _check_names(schema: pa.Schema) -> None:
+    """Column names are distinct and non-empty; every field name, nested too, is UTF-8."""
+    names = schema.names  # UnicodeDecodeError if one is not UTF-8
+    if len(set(names)) != len(names) or "" in names:
+        raise ValueError(f"column names must be distinct and non-empty, found {names!r:.200}")
+    stack = list(schema)
+    while stack:
+        field = stack.pop()
+        _ = field.name
+        kind = field.type
+        stack.extend(kind.field(i) for i in range(kind.num_fields))
 
 
 # -- families -----------------------------------------------------------------

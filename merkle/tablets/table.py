@@ -16,86 +16,47 @@ import numpy as np
 import pyarrow as pa
 
 from merkle.blocks.cid import CID
-from merkle.errors import UsageError
+from merkle.errors import SchemaError, UsageError
 from merkle.tablets.batch import (
     BatchContent,
     Overlay,
     delete_keys,
     fold,
     load_batch,
+    lookup_pending,
     merge_tier,
     upsert_keys,
     write_batch,
 )
+from merkle.tablets.conform import (
+    KeyLayout,
+    codec_for_types,
+    conform_arrow,
+    conform_records,
+    present,
+    present_records,
+    schema_of_segments,
+)
+from merkle.tablets.evolve import SchemaChange, plan_change, rewrite_rows
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
 from merkle.tablets.keys import key_codec as parse_key_codec
 from merkle.tablets.nodes import BASE, ChildRef, Limits, TableRoot
 from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
-from merkle.tablets.segment import concat_segments, normalize_arrow, project, records_to_arrow
+from merkle.tablets.schema import key_schema_fields
+from merkle.tablets.segment import (
+    arrow_to_records,
+    concat_segments,
+    normalize_arrow,
+    project,
+    records_to_arrow,
+)
+from merkle.tablets.settings import check_families, check_limits, key_successor, unreversed
 from merkle.tablets.store import TableStore
 from merkle.tablets.tree import TableSpec, Tree, node_ref
 
-__all__ = ["Table", "check_families", "check_limits"]
+__all__ = ["Table", "check_families", "check_limits"]  # the checks live in .settings
 
 _PREFETCH = 8  # leaves whose segments a scan fetches at once
-
-
-def check_families(
-    families: Mapping[str, Any] | None, key_field: str
-) -> dict[str, tuple[str, ...]]:
-    """Validate ``{family: fields}``; a field belongs to one family; never the key or ``base``."""
-    if families is None:
-        return {}
-    if not isinstance(families, Mapping):
-        raise UsageError(f"families must be a mapping of name -> field names, got {families!r}")
-    seen: dict[str, str] = {}
-    out: dict[str, tuple[str, ...]] = {}
-    for name, fields in families.items():
-        if not isinstance(name, str) or not name or name == BASE:
-            raise UsageError(
-                f"family name {name!r} is invalid: use a non-empty name other than 'base'"
-            )
-        if isinstance(fields, str) or not hasattr(fields, "__iter__"):
-            raise UsageError(f"family {name!r} must list field names, got {fields!r}")
-        members = sorted(set(fields))
-        for field in members:
-            if not isinstance(field, str) or not field:
-                raise UsageError(f"family {name!r} holds an invalid field name {field!r}")
-            if field == key_field:
-                raise UsageError(f"the key field {key_field!r} cannot belong to family {name!r}")
-            if field in seen:
-                raise UsageError(
-                    f"field {field!r} is in two families: {seen[field]!r} and {name!r}"
-                )
-            seen[field] = name
-        out[name] = tuple(members)
-    return out
-
-
-def check_limits(
-    tablet_size: int | None = None,
-    branching: int | None = None,
-    patch: int | None = None,
-    patch_share: int | None = None,
-) -> Limits:
-    """Limits with defaults filled in; UsageError for values that cannot work."""
-    default = Limits()
-    values = {
-        "tablet_size_limit": (tablet_size, default.tablet_size, 1),
-        "branching_factor": (branching, default.branching, 3),
-        "patch_limit": (patch, default.patch, 0),
-        "patch_share": (patch_share, default.patch_share, 0),
-    }
-    chosen = []
-    for name, (value, fallback, least) in values.items():
-        if value is None:
-            value = fallback
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise UsageError(f"{name} must be an integer >= {least}, got {value!r}")
-        if name == "patch_share" and value > 1000:
-            raise UsageError(f"patch_share is a percentage of the table, at most 1000, got {value}")
-        chosen.append(value)
-    return Limits(*chosen)
 
 
 class Table:
@@ -115,21 +76,48 @@ class Table:
         cls,
         ts: TableStore,
         *,
-        key_field: str,
+        key_field: str | Sequence[str],
         key_codec: str | None = None,
         families: Mapping[str, Any] | None = None,
         limits: Limits | None = None,
         meta: Any = None,
         uid: str = "",
+        typed: bool = False,
+        schema: pa.Schema | None = None,
+        schema_free: bool = False,
     ) -> Table:
-        """An empty table (nothing is stored until :meth:`save`)."""
-        if not isinstance(key_field, str) or not key_field:
+        """An empty table (nothing is stored until :meth:`save`).
+
+        A ``typed`` table keeps a schema: ``schema`` as declared, or inferred
+        from the first write; a key of several fields needs ``typed``. With
+        ``schema_free``, every field not declared in ``schema`` is schema-free.
+        """
+        if isinstance(key_field, str) and not key_field:
             raise UsageError(f"the key field must be a non-empty string, got {key_field!r}")
+        layout = KeyLayout.of(key_field)
+        if layout.composite and not typed:
+            raise UsageError("a key of several fields needs a typed table")
         spec = parse_key_codec(key_codec).spec if key_codec is not None else None
+        if schema is not None and set(layout.fields) <= set(schema.names):
+            key_types = [field.type for field in key_schema_fields(schema, layout.fields)]
+            declared = codec_for_types(key_types)
+            if spec is None:
+                spec = declared.spec
+        if spec is not None and layout.composite:
+            arity = len(getattr(unreversed(parse_key_codec(spec)), "components", ()))
+            if arity != len(layout.fields):
+                raise UsageError(
+                    f"key codec {spec!r} does not fit the key {list(layout.fields)}: "
+                    f"use tuple(...) with one codec per key field"
+                )
+        for name, members in (families or {}).items() if layout.composite else ():
+            clash = sorted(set(layout.fields) & set(members))
+            if not isinstance(members, str) and clash:
+                raise UsageError(f"the key field {clash[0]!r} cannot belong to family {name!r}")
         root = TableRoot(
-            key_field=key_field,
+            key_field=layout.column,
             key_codec=spec,
-            families=check_families(families, key_field),
+            families=check_families(families, layout.column),
             limits=limits or Limits(),
             data=None,
             pending=(),
@@ -137,6 +125,10 @@ class Table:
             size=0,
             meta=meta,
             uid=uid,
+            key_fields=layout.fields,
+            typed=typed,
+            schema=schema,
+            free_default=schema_free,
         )
         return cls(ts, root)
 
@@ -196,6 +188,33 @@ class Table:
     def _tree(self) -> Tree:
         return Tree(self.ts, self.spec)
 
+    @property
+    def key(self) -> KeyLayout:
+        """The key fields and the segment column that holds them."""
+        return KeyLayout(self.root.key_fields)
+
+    @property
+    def schema(self) -> pa.Schema | None:
+        """The table's schema (None for a table written before schemas, or not yet written)."""
+        return self.root.schema
+
+    # -- reading through the schema ------------------------------------------------
+
+    def present(self, raw: pa.Table, fields: Sequence[str] | None = None) -> pa.Table:
+        """Rows as read from segments, as the user's table (the schema's order and types)."""
+        if not self.root.typed:
+            return raw
+        return present(raw, self.root.schema, self.key, fields)
+
+    def records(self, raw: pa.Table, fields: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Rows as read from segments, as records (dicts holding the key fields)."""
+        codec = self.codec
+        if codec is None or not raw.num_rows:
+            return []
+        if not self.root.typed:
+            return arrow_to_records(raw, key_field=self.root.key_field, codec=codec, fields=fields)
+        return present_records(raw, self.root.schema, self.key, codec, fields)
+
     # -- writes --------------------------------------------------------------------
 
     def with_codec_for(self, sample_key: Any = None, dtype: pa.DataType | None = None) -> Table:
@@ -215,6 +234,8 @@ class Table:
         takes it from the first key (or the key column's type).
         """
         key_field = self.root.key_field
+        if self.root.typed:
+            return self._conform(rows)
         if isinstance(rows, (pa.Table, pa.RecordBatch)):
             if key_field not in rows.schema.names:
                 raise UsageError(
@@ -230,6 +251,32 @@ class Table:
             raise UsageError(f"every record must be a dict holding the key field {key_field!r}")
         table = self.with_codec_for(first[key_field])
         return table, records_to_arrow(records, key_field=key_field, codec=table.spec.codec)
+
+    def _conform(
+        self, rows: pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]]
+    ) -> tuple[Table, pa.Table]:
+        if isinstance(rows, pa.RecordBatch):
+            rows = pa.Table.from_batches([rows])
+        if isinstance(rows, pa.Table):
+            done = conform_arrow(
+                rows, self.root.schema, self.key, self.codec, new_free=self.root.free_default
+            )
+        else:
+            records = list(rows)
+            if not records:
+                return self, pa.table({})
+            done = conform_records(
+                records, self.root.schema, self.key, self.codec, new_free=self.root.free_default
+            )
+        table = self
+        if done.codec.spec != self.root.key_codec or done.schema != self.root.schema:
+            table = self._with(key_codec=done.codec.spec, schema=done.schema)
+            table._data, table._data_loaded = self._data, self._data_loaded
+        return table, done.rows
+
+    def with_schema(self, schema: pa.Schema) -> Table:
+        """This table with another schema (the caller keeps stored data consistent with it)."""
+        return self._with(schema=schema)
 
     def write(
         self, rows: pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]], version: int
@@ -384,6 +431,30 @@ class Table:
         pieces = self.ts.map(lambda ref: new.write_tablets(old.read_rows(ref.cid)), leaves)
         return retyped._rebuilt(new.finish([r for refs in pieces for r in refs]))
 
+    def alter_schema(self, change: SchemaChange) -> Table:
+        """This table with its schema changed (see :mod:`merkle.tablets.evolve` for the rules)."""
+        if not self.root.typed:
+            raise SchemaError(
+                "this table was written before merkle-db kept schemas: it has none to alter "
+                "(its fields are schema-free); copy it into a new table to give it one"
+            )
+        plan = plan_change(self.root.schema, self.key, self.root.families, change)
+        if not plan.rewrite:
+            return self._with(schema=plan.schema)
+        flushed = self.flush()
+        changed = flushed._with(schema=plan.schema, families=plan.families)
+        if flushed.root.data is None or not self.root.key_codec:
+            return changed
+        old, new = flushed._tree(), changed._tree()
+        column = self.root.key_field
+
+        def rewrite(ref: ChildRef) -> list[ChildRef]:
+            rows = old.read_rows(ref.cid)
+            return new.write_tablets(SortedRows(rewrite_rows(rows.table, plan, column), rows.keys))
+
+        pieces = self.ts.map(rewrite, list(old.leaves(flushed.data_ref())))
+        return changed._rebuilt(new.finish([r for refs in pieces for r in refs]))
+
     def build_from(self, tablet_ids: Sequence[CID]) -> Table:
         """This table with its data replaced by the given tablets (pending changes dropped)."""
         refs = [node_ref(self.ts, cid) for cid in tablet_ids]
@@ -401,9 +472,14 @@ class Table:
                 )
         if not self.root.key_codec:
             raise UsageError("build_table needs a table whose key codec is known")
-        tree = self._tree()
+        table = self
+        if self.root.typed:
+            cids = [cid for ref in refs for cid in self.ts.tablet(ref.cid).segments.values()]
+            schema = schema_of_segments(self.root.schema, self.ts.segments(cids), self.key)
+            table = self.with_schema(schema)
+        tree = table._tree()
         tree._fresh = {}
-        return self._rebuilt(tree.finish(refs, check_all=True))
+        return table._rebuilt(tree.finish(refs, check_all=True))
 
     # -- reads ---------------------------------------------------------------------
 
@@ -412,32 +488,25 @@ class Table:
         key_type = codec.arrow_type if codec is not None else pa.null()
         return pa.table({self.root.key_field: pa.array([], type=key_type)})
 
+    def empty(self, fields: Sequence[str] | None = None) -> pa.Table:
+        """No rows, with the columns a read of ``fields`` gives."""
+        return self.present(self._empty(fields), fields)
+
     def get(self, keys: Sequence[Any], fields: Sequence[str] | None = None) -> pa.Table:
         """The records of the keys that exist (in no particular order), projected to ``fields``."""
         codec = self.codec
         if codec is None or not keys:
             return self._empty(fields)
-        wanted = sorted({codec.encode(k) for k in keys})
-        pieces: list[pa.Table] = []
-        overlay_rows: list[int] = []
-        rest: list[bytes] = []
-        if self.root.pending:
-            overlay = self.overlay()
-            for key, row in zip(wanted, overlay.lookup_many(wanted), strict=True):
-                if row is None:
-                    rest.append(key)
-                elif row >= 0:
-                    overlay_rows.append(row)
-        else:
-            rest = wanted
+        return self.get_encoded(sorted({codec.encode(k) for k in keys}), fields)
+
+    def get_encoded(self, wanted: list[bytes], fields: Sequence[str] | None = None) -> pa.Table:
+        """:meth:`get` of encoded keys, sorted and unique."""
+        codec = self.codec
+        if codec is None or not wanted:
+            return self._empty(fields)
         key_field = self.root.key_field
-        if overlay_rows:
-            rows = self.overlay().content.upserts.table.take(
-                pa.array(overlay_rows, type=pa.int64())
-            )
-            pieces.append(
-                project(rows, fields, key_field=key_field) if fields is not None else rows
-            )
+        found, rest = lookup_pending(self.ts, self.root.pending, wanted, key_field, codec)
+        pieces = [project(rows, fields, key_field=key_field) for rows in found]
         tree = self._tree()
         for cid, part in tree.locate(self.data_ref(), rest).items():
             positions = [p for p in tree.tablet_keys(cid).find(part) if p >= 0]
@@ -475,14 +544,22 @@ class Table:
         if codec is None:
             return 0, 0
         tree, overlay, data = self._tree(), self.overlay(), self.data_ref()
+
+        def rank(key: bytes, inclusive: bool) -> int:
+            merged = tree.merged_rank(data, key, inclusive=inclusive)
+            return merged + overlay.delta_before(key, inclusive=inclusive)
+
         if from_pk is not None:
-            key = codec.encode(from_pk)
-            rank = tree.merged_rank(data, key, inclusive=False)
-            start = max(start, rank + overlay.delta_before(key, inclusive=False))
+            prefix = codec.encode_prefix(from_pk)
+            start = max(start, rank(codec.encode(from_pk) if prefix is None else prefix, False))
         if to_pk is not None:
-            key = codec.encode(to_pk)
-            rank = tree.merged_rank(data, key, inclusive=True)
-            stop = min(stop, rank + overlay.delta_before(key, inclusive=True))
+            prefix = codec.encode_prefix(to_pk)
+            if prefix is None:
+                stop = min(stop, rank(codec.encode(to_pk), True))
+            else:
+                after = key_successor(prefix)
+                if after is not None:
+                    stop = min(stop, rank(after, False))
         if from_index is not None:
             start = max(start, from_index)
         if to_index is not None:
@@ -545,11 +622,11 @@ class Table:
     def to_arrow(
         self, *, fields: Sequence[str] | None = None, from_pk: Any = None, to_pk: Any = None
     ) -> pa.Table:
-        """The whole table (or a key range) as one Arrow table."""
+        """The whole table (or a key range) as one Arrow table, in the schema's types."""
         parts = list(self.scan(fields=fields, from_pk=from_pk, to_pk=to_pk))
         if not parts:
-            return self._empty(fields)
-        return concat_segments(parts, key_field=self.root.key_field)
+            return self.empty(fields)
+        return self.present(concat_segments(parts, key_field=self.root.key_field), fields)
 
     def tablets(self) -> list[ChildRef]:
         """The tablets of the merged area in key order (pending changes are not in them)."""

@@ -14,6 +14,8 @@ from conftest import new_bucket
 
 import merkle
 from merkle.cli.output import cell, jsonable
+from merkle.db.diff import commit_counts
+from merkle.refs import JournalEntry
 
 from .helpers import Run, assert_one_error_line
 
@@ -40,7 +42,9 @@ def order(i: int) -> dict[str, Any]:
 def shop(conn: merkle.Connection) -> merkle.Database:
     """Database ``shop``: v0 empty, v1 with 40 orders, v2 with one changed and one deleted."""
     db = conn.create_db("shop", metadata={"owner": "ops"})
-    db = db.create_table("orders", key="order_id", families={"items": {"sku", "qty"}})
+    db = db.create_table(
+        "orders", key="order_id", families={"items": {"sku", "qty"}}, schema_free=True
+    )
     db = db.write("orders", [order(i) for i in range(40)]).commit(message="seed", author="t")
     return db.write("orders", {5: {"qty": 99}}).delete("orders", [6]).commit(message="fix")
 
@@ -127,6 +131,11 @@ def test_a_location_without_a_lake_is_an_error_not_a_new_lake(run: Run, lake_uri
     assert run.ok("db", "list", "--format", "json").stdout.strip() != "[]"
 
 
+def _changes(conn: merkle.Connection, entry: JournalEntry) -> str | None:
+    counts = commit_counts(conn, entry)
+    return None if counts is None else f"+{counts.inserted} ~{counts.updated} -{counts.deleted}"
+
+
 @pytest.mark.parametrize("fmt", ["json", "jsonl", "csv"])
 def test_db_log(run: Run, conn: merkle.Connection, shop: merkle.Database, fmt: str) -> None:
     got = records(run.ok("db", "log", "shop", "--format", fmt).stdout, fmt)
@@ -136,8 +145,10 @@ def test_db_log(run: Run, conn: merkle.Connection, shop: merkle.Database, fmt: s
             "time": e.time,
             "author": e.author,
             "message": e.message,
+            "changes": _changes(conn, e),
             "root": e.root,
             "forked_from": e.forked_from,
+            "merged_from": e.merged_from,
         }
         for e in conn.history("shop")
     ]

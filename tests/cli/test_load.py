@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import merkle
-from merkle.cli import load as load_module
+from merkle.cli import sources
 
 from .helpers import Run
 
@@ -150,7 +150,7 @@ def test_many_batches_stream_into_one_commit(
 ) -> None:
     rows = [{"id": i, "v": "x" * (i % 17)} for i in range(3000)]
     path = write_file(tmp_path / "big.csv", "csv", rows)
-    monkeypatch.setattr(load_module, "_BLOCK_SIZE", 2048)  # dozens of record batches
+    monkeypatch.setattr(sources, "BLOCK_SIZE", 2048)  # dozens of record batches
     batches: list[int] = []
     real_write = merkle.Database.write
 

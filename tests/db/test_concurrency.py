@@ -26,7 +26,8 @@ from .workers import commit_disjoint, run_one, run_steps, spawned
 
 
 def _setup(conn: merkle.Connection) -> merkle.Database:
-    db = conn.create_db("shop").create_table("t", key="k").create_table("u", key="k")
+    db = conn.create_db("shop").create_table("t", key="k", schema_free=True)
+    db = db.create_table("u", key="k", schema_free=True)
     return db.write("t", [{"k": i, "v": i} for i in range(5)]).commit()
 
 

@@ -31,6 +31,7 @@ def _committed(conn: merkle.Connection) -> dict[str, Any]:
         branching_factor=3,
         patch_limit=10,
         metadata={"a": 1},
+        schema_free=["qty"],  # "qty" mixes ints and a string below
     )
     db = db.create_table("notes", key="name", families={"body": {"text"}})
     db = db.write("orders", [{"id": i, "qty": i % 5, "tags": ["x"] * (i % 3)} for i in range(60)])

@@ -39,6 +39,7 @@ def _build(conn: merkle.Connection) -> tuple[merkle.Database, dict[int, dict[str
         "t",
         key=KEY,
         key_codec="int",
+        schema_free=True,  # the record model: field "b" mixes types
         families={"fam": {"a"}},
         tablet_size_limit=5,
         branching_factor=3,

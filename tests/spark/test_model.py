@@ -75,7 +75,13 @@ class SparkModel(RuleBasedStateMachine):
         self.uri = (Path(self.dir) / "lake").as_uri()
         self.conn = merkle.connect(self.uri)
         db = self.conn.create_db("m").create_table(
-            "t", key="k", tablet_size_limit=5, patch_limit=8, patch_share=30, branching_factor=4
+            "t",
+            key="k",
+            tablet_size_limit=5,
+            patch_limit=8,
+            patch_share=30,
+            branching_factor=4,
+            schema_free=True,  # the record model: any value in any field
         )
         db.commit()
         self.model: dict[int, dict[str, Any]] = {}

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pyspark.sql.types import LongType, StringType, StructField, StructType
 
+import merkle.spark
 from merkle.errors import MerkleError
 from merkle.spark.source import MerkleDataSource
 
@@ -147,7 +148,8 @@ def test_types_map_to_spark_types(spark: Any, spark_lake: Any, lake_conn: Any) -
         },
         {"k": "c", "mixed": {"deep": [1.5, None, "x"]}},
     ]
-    db = conn.create_db("types").create_table("t", key="k").write("t", records).commit()
+    db = conn.create_db("types").create_table("t", key="k", schema_free=["mixed"])
+    db = db.write("t", records).commit()
     df = reader(spark, spark_lake, "types", "t").load()
     types = {f.name: f.dataType.simpleString() for f in df.schema}
     assert types == {
@@ -175,6 +177,47 @@ def test_types_map_to_spark_types(spark: Any, spark_lake: Any, lake_conn: Any) -
     cbor = reader(spark, spark_lake, "types", "t", mixed="cbor").load()
     assert cbor.schema["mixed"].dataType.simpleString() == "binary"
     assert db.get_records("t", ["a"])["a"]["mixed"] == 1
+
+
+def test_typed_columns_keep_their_types(spark: Any, file_lake: Any, lake_conn: Any) -> None:
+    import decimal
+
+    import pyarrow as pa
+
+    conn = lake_conn(file_lake)
+    rows = pa.table(
+        {
+            "k": pa.array([1, 2], pa.int32()),
+            "d": pa.array([decimal.Decimal("1.25"), None], pa.decimal128(10, 2)),
+            "day": pa.array([datetime.date(2024, 1, 2), datetime.date(1999, 12, 31)]),
+            "s": pa.array([{"a": 1, "b": "x"}, {"a": 2, "b": None}]),
+            "t": pa.array([0, 1000], pa.timestamp("ms", tz="Europe/Berlin")),
+            "tag": pa.array(["x", "y"]).dictionary_encode(),
+        }
+    )
+    db = conn.create_db("typed").create_table("t", key="k").write("t", rows).commit()
+    df = reader(spark, file_lake, "typed", "t").load()
+    types = {f.name: f.dataType.simpleString() for f in df.schema}
+    assert types == {
+        "k": "int",
+        "d": "decimal(10,2)",
+        "day": "date",
+        "s": "struct<a:bigint,b:string>",
+        "t": "timestamp",
+        "tag": "string",
+    }
+    got = {r["k"]: r.asDict(recursive=True) for r in df.collect()}
+    assert got[1]["d"] == decimal.Decimal("1.25")
+    assert got[2]["day"] == datetime.date(1999, 12, 31)
+    assert got[1]["s"] == {"a": 1, "b": "x"}
+    assert got[2]["tag"] == "y"
+    copied = merkle.spark.write(df, file_lake.uri, "typed", "copy", key="k")
+    back = copied.to_arrow("copy")
+    assert back.drop_columns(["t", "tag"]).to_pylist() == (
+        db.to_arrow("t").drop_columns(["t", "tag"]).to_pylist()
+    )
+    assert back.schema.field("t").type == pa.timestamp("us", tz="UTC")  # Spark's TIMESTAMP
+    assert back.column("tag").to_pylist() == ["x", "y"]
 
 
 def test_user_schema_is_checked_and_projects(spark: Any, file_lake: Any, lake_conn: Any) -> None:

@@ -6,9 +6,11 @@ backends, so a new backend passes this file or is not done.
 
 from __future__ import annotations
 
+import os
 import pickle
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
@@ -17,6 +19,7 @@ import pytest
 
 from merkle.errors import NotFoundError, UsageError
 from merkle.storage import ObjectStore
+from merkle.storage.file import FileStore
 from merkle.storage.s3 import S3Store
 
 MIB = 1 << 20
@@ -417,6 +420,50 @@ def test_a_key_prefix_is_not_an_object(store: ObjectStore) -> None:
         store.get("dir")
     with pytest.raises(NotFoundError):
         store.stat("dir")
+
+
+# -- leftovers of killed writers ---------------------------------------------------------
+
+
+def leave_temporary(store: ObjectStore, size: int, mtime: float) -> bool:
+    """Leave what a writer killed mid-put leaves on this backend; False if it leaves nothing."""
+    if isinstance(store, S3Store):
+        from s3faults import set_moto_mtime
+
+        probe = f".merkle-probe-{uuid.uuid4().hex}"  # check_conditional_writes' object
+        store.client.put_object(Bucket=store.bucket, Key=store.prefix + probe, Body=b"x" * size)
+        set_moto_mtime(store, probe, mtime)
+        return True
+    if isinstance(store, FileStore):
+        path = os.path.join(store.root, "blocks", f".tmp-{uuid.uuid4().hex}")
+        with open(path, "wb") as f:
+            f.write(b"x" * size)
+        os.utime(path, (mtime, mtime))
+        return True
+    return False
+
+
+def test_remove_stale_temporaries_removes_old_leftovers_and_nothing_else(
+    store: ObjectStore,
+) -> None:
+    objects = {"blocks/a": b"1", "refs/db/00000000000000000000": b"2", "config": b"3"}
+    store.put_many(objects.items())
+    now = time.time()
+    leaves = leave_temporary(store, 100, now - 7200) and leave_temporary(store, 20, now - 7300)
+    leave_temporary(store, 5, now)  # a write in progress
+
+    assert store.remove_stale_temporaries(now - 3600) == ((2, 120) if leaves else (0, 0))
+    assert store.remove_stale_temporaries(now - 3600) == (0, 0)
+    assert store.get_many(list(objects)) == objects
+    assert keys_of(store) == sorted(objects)
+    assert store.remove_stale_temporaries(now + 60) == ((1, 5) if leaves else (0, 0))
+
+
+def test_make_durable_of_present_objects_changes_nothing(store: ObjectStore) -> None:
+    store.put_many([("blocks/a", b"1"), ("refs/db/0", b"2")])
+    store.make_durable(["blocks/a", "refs/db/0"])
+    store.make_durable([])
+    assert store.get_many(["blocks/a", "refs/db/0"]) == {"blocks/a": b"1", "refs/db/0": b"2"}
 
 
 # -- life cycle -------------------------------------------------------------------------

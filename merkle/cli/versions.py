@@ -1,0 +1,231 @@
+"""Versions as data on the command line: diff, merge, tag, push, pull, export, import.
+
+Thin layers over ``Database.diff``, ``Connection.merge``, ``Connection.tag``,
+:func:`merkle.sync` and :mod:`merkle.transfer.car`; see doc/versions.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+import merkle
+from merkle.cli.common import (
+    CliError,
+    CliState,
+    commit_options,
+    connection,
+    parse_fields,
+    say,
+)
+from merkle.cli.output import emit_rows, format_option
+from merkle.transfer import export_car, import_car
+
+__all__ = ["COMMANDS", "diff", "export", "import_", "merge", "pull", "push", "tag"]
+
+
+@click.command("diff")
+@click.argument("db")
+@click.argument("v1", type=click.IntRange(min=0), required=False)
+@click.argument("v2", type=click.IntRange(min=0), required=False)
+@click.option("--table", "-t", default=None, help="Only this table.")
+@click.option(
+    "--fields", default=None, metavar="A,B,...", help="Compare and show only these fields."
+)
+@click.option("--stat", is_flag=True, help="Only the counts per table, not the records.")
+@format_option
+def diff(
+    db: str,
+    v1: int | None,
+    v2: int | None,
+    table: str | None,
+    fields: str | None,
+    stat: bool,
+    fmt: str | None,
+) -> None:
+    """Records that changed in DB from version V1 to V2.
+
+    With no version: what the head's commit changed; with V1 only: from V1
+    to the head. One row per record: table, key, change, old, new.
+    """
+    conn = connection()
+    new = conn.open_db(db, version=v2) if v2 is not None else conn.open_db(db)
+    if v1 is None:
+        if new.version == 0 or new.entry.parent is None:
+            raise CliError(f"version {new.version} of {db!r} has no parent: name V1")
+        v1 = new.entry.parent
+    changes = new.diff(v1, table=table, fields=parse_fields(fields))
+    if stat:
+        summary = changes.summary()
+        rows = [
+            {"table": name, **counts, "status": changes.tables[name].status}
+            for name, counts in summary["rows"].items()
+        ]
+        emit_rows(rows, fmt, columns=["table", "inserted", "updated", "deleted", "status"])
+        return
+
+    def records() -> Any:
+        for name, table_diff in changes.tables.items():
+            for rec in table_diff.records():
+                yield {"table": name, **rec}
+
+    emit_rows(records(), fmt, columns=["table", "key", "change", "old", "new"])
+
+
+@click.command("merge")
+@click.argument("source")
+@click.argument("into")
+@click.option(
+    "--resolve",
+    type=click.Choice(["fail", "ours", "theirs"]),
+    default="fail",
+    show_default=True,
+    help="How to settle keys changed differently on both sides.",
+)
+@click.option(
+    "--base",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Version of INTO to merge from (for unrelated databases).",
+)
+@commit_options
+def merge(
+    source: str, into: str, resolve: str, base: int | None, message: str | None, author: str | None
+) -> None:
+    """Merge database SOURCE into INTO from their common ancestor (one commit, two parents)."""
+    conn = connection()
+    before = conn.open_db(into).version
+    try:
+        merged = conn.merge(
+            source, into, base=base, resolve=resolve, message=message, author=author
+        )
+    except merkle.errors.MergeConflictError as exc:
+        counts = ", ".join(f"{t}: {len(c)} keys" for t, c in exc.conflicts.items())  # type: ignore[arg-type]
+        tables = ", ".join(f"{t or 'metadata'} ({why})" for t, why in exc.table_conflicts.items())
+        detail = "; ".join(p for p in (counts, tables) if p)
+        raise CliError(
+            f"merge of {source!r} into {into!r} has conflicts ({detail}); nothing was committed: "
+            "pass --resolve ours or --resolve theirs"
+        ) from None
+    if merged.version == before:
+        say(f"{into!r} already has everything of {source!r}; nothing to merge")
+    else:
+        say(f"merged {source!r} into {into!r} as version {merged.version}")
+
+
+@click.command("tag")
+@click.argument("args", nargs=-1, required=True)
+@click.option(
+    "--version", type=click.IntRange(min=0), default=None, help="Tag version N (default: the head)."
+)
+@click.option("--message", "-m", default=None, help="A note kept with the tag.")
+@format_option
+def tag(args: tuple[str, ...], version: int | None, message: str | None, fmt: str | None) -> None:
+    """Tag a version: `tag DB NAME [--version N]`, `tag list DB`, `tag delete DB NAME`.
+
+    A tagged version is never trimmed or collected, whatever the retention.
+    """
+    conn = connection()
+    if args[0] == "list" and len(args) == 2:
+        rows = [
+            {
+                "name": t.name,
+                "version": t.version,
+                "time": t.time,
+                "message": t.message,
+                "root": t.root,
+            }
+            for t in conn.tags(args[1])
+        ]
+        emit_rows(rows, fmt, columns=["name", "version", "time", "message", "root"])
+    elif args[0] == "delete" and len(args) == 3:
+        gone = conn.delete_tag(args[1], args[2])
+        say(f"deleted tag {args[2]!r} (version {gone.version}) of {args[1]!r}")
+    elif len(args) == 2:
+        made = conn.tag(args[0], args[1], version, message=message)
+        say(f"tagged version {made.version} of {args[0]!r} as {made.name!r}")
+    else:
+        raise click.UsageError(
+            "use `tag DB NAME [--version N]`, `tag list DB` or `tag delete DB NAME`"
+        )
+
+
+def _other_lake(uri: str) -> merkle.Connection:
+    state = click.get_current_context().find_root().find_object(CliState)
+    options = dict(state.options) if state is not None else {}
+    return merkle.connect(uri, create=True, **options)
+
+
+def _progress_sync(
+    src: merkle.Connection,
+    dst: merkle.Connection,
+    db: str,
+    as_name: str | None,
+    version: int | None,
+) -> None:
+    report = merkle.sync(src, dst, db, version=version, as_name=as_name)
+    say(report.summary())
+
+
+@click.command("push")
+@click.argument("db")
+@click.option("--to", "to", required=True, metavar="LAKE", help="The destination lake URI.")
+@click.option("--as", "as_name", default=None, metavar="NAME", help="Name it NAME there.")
+@click.option(
+    "--version",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Send only version N (default: the retained history).",
+)
+def push(db: str, to: str, as_name: str | None, version: int | None) -> None:
+    """Copy DB to the lake LAKE, sending only the blocks it lacks."""
+    src = connection()
+    with _other_lake(to) as dst:
+        _progress_sync(src, dst, db, as_name, version)
+
+
+@click.command("pull")
+@click.argument("lake")
+@click.argument("db")
+@click.option("--as", "as_name", default=None, metavar="NAME", help="Name it NAME here.")
+@click.option(
+    "--version",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Fetch only version N (default: the retained history).",
+)
+def pull(lake: str, db: str, as_name: str | None, version: int | None) -> None:
+    """Copy DB from the lake LAKE into this one, fetching only the blocks missing here."""
+    dst = connection(create=True)
+    with merkle.connect(lake, create=False) as src:
+        _progress_sync(src, dst, db, as_name, version)
+
+
+@click.command("export")
+@click.argument("db")
+@click.argument("file", type=click.Path(dir_okay=False, writable=True))
+@click.option(
+    "--version",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Export version N (default: the head).",
+)
+def export(db: str, file: str, version: int | None) -> None:
+    """Write a version of DB to FILE as a CAR v1 archive (root: the database root)."""
+    report = export_car(connection(), db, file, version=version)
+    size = f"{report.blocks:,} blocks, {report.bytes:,} bytes"
+    say(f"exported {db!r} to {file}: {size}, root {report.root}")
+
+
+@click.command("import")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--db", "db", required=True, help="Name of the database to create.")
+@commit_options
+def import_(file: str, db: str, message: str | None, author: str | None) -> None:
+    """Create database DB from the CAR v1 archive FILE (every block verified first)."""
+    made = import_car(connection(create=True), file, db, message=message, author=author)
+    say(f"imported {file} as database {db!r} (version {made.version}, root {made.root})")
+
+
+COMMANDS: list[click.Command] = [diff, merge, tag, push, pull, export, import_]

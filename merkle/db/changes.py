@@ -1,0 +1,215 @@
+"""Partial and conditional writes: ``update``, ``upsert`` (MERGE-like) and ``delete_where``.
+
+Each is computed against the table as the transaction sees it and turned
+into whole records to write (or keys to delete). The operation itself (not
+its result) is what the transaction records, so a commit that lost a race
+re-runs it on the new head (:mod:`merkle.db.ops`): an update changes the
+fields of the record as it is *then*, a conditional upsert tests its
+condition again, ``delete_where`` deletes what matches then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from merkle.db.inputs import as_arrow, as_rows, is_arrow_like
+from merkle.errors import UsageError
+from merkle.tablets.conform import KeyLayout, conform_records
+from merkle.tablets.rows import SortedRows, sort_rows
+from merkle.tablets.schema import is_free, storage_type
+from merkle.tablets.table import Table
+
+__all__ = ["MATCHED", "NOT_MATCHED", "deleted_keys", "updated_rows", "upserted_records"]
+
+#: What ``upsert`` does with a record whose key exists: merge the given fields
+#: into it, replace it whole, or leave it.
+MATCHED = ("update", "replace", "skip")
+#: What ``upsert`` does with a record whose key does not exist.
+NOT_MATCHED = ("insert", "skip")
+
+Condition = Callable[[dict[str, Any], dict[str, Any]], Any]
+
+
+def updated_rows(
+    table: Table, changes: Mapping[Any, Mapping[str, Any]]
+) -> tuple[Table, SortedRows] | None:
+    """The whole records ``{key: {field: value}}`` makes (only the given fields change), in
+    segment form and key order, and the table with any new field in its schema.
+
+    A key with no record is left alone (an update inserts nothing); a value
+    of None removes the field. Vectorised: the changes become Arrow columns
+    that replace the current ones where a record names the field.
+    """
+    _check_changes(table, changes)
+    codec = table.codec
+    if codec is None or not changes:
+        return None
+    encoded = [codec.encode(k) for k in changes]
+    current = table.get_encoded(sorted(set(encoded)))
+    if not current.num_rows:
+        return None
+    if not table.root.typed:  # a table from before schemas: merge the records one by one
+        by_key = {_normal(table, table.key.key_of(r)): r for r in table.records(current)}
+        merged = [_merged(by_key[k], f) for k, f in _normalised(table, changes) if k in by_key]
+        prepared, rows = table.prepare_rows(merged)
+        return prepared, sort_rows(rows, table.root.key_field, codec)
+    key = table.key
+    partial = [{**_key_record(key, k), **f} for k, f in changes.items()]
+    done = conform_records(
+        partial, table.root.schema, key, codec, new_free=table.root.free_default, partial=True
+    )
+    column = table.root.key_field
+    update = sort_rows(done.rows, column, codec)
+    old = sort_rows(current, column, codec)
+    present = pc.is_in(update.keys, value_set=old.keys)
+    new = update.table.filter(present)
+    touched_by = dict(zip(encoded, changes.values(), strict=True))
+    keys = update.keys.filter(present).to_pylist()
+    stored = {f.name: f for f in done.rows.schema}
+    out = {name: old.table.column(name) for name in old.table.column_names}
+    for name in dict.fromkeys(n for f in changes.values() for n in f):
+        field = stored.get(name)
+        if field is None:
+            if name not in done.schema.names:
+                continue  # never a field and only ever set to None: nothing to do
+            field = pa.field(name, _storage(done.schema.field(name)))
+        touched = pa.array([name in touched_by[k] for k in keys], pa.bool_())
+        new_column = (
+            new.column(name) if name in new.column_names else pa.nulls(len(keys), field.type)
+        )
+        old_column = out.get(name, pa.nulls(len(keys), field.type))
+        out[name] = pc.if_else(touched, new_column, old_column)
+        if name not in old.table.column_names:
+            out[name] = out[name]
+    names = [column, *sorted(n for n in out if n != column)]
+    fields = [old.table.schema.field(column)] + [
+        stored[n] if n in stored else old.table.schema.field(n) for n in names[1:]
+    ]
+    rows = pa.Table.from_arrays([out[n] for n in names], schema=pa.schema(fields))
+    return table.with_schema(done.schema), SortedRows(rows, old.keys)
+
+
+def _storage(field: pa.Field) -> pa.DataType:
+    return pa.binary() if is_free(field) else storage_type(field.type)
+
+
+def _key_record(key: KeyLayout, value: Any) -> dict[str, Any]:
+    if key.composite:
+        return dict(zip(key.fields, value, strict=True))
+    return {key.fields[0]: value}
+
+
+def _normalised(
+    table: Table, changes: Mapping[Any, Mapping[str, Any]]
+) -> list[tuple[Any, Mapping[str, Any]]]:
+    return [(_normal(table, k), f) for k, f in changes.items()]
+
+
+def _check_changes(table: Table, changes: Any) -> None:
+    if not isinstance(changes, Mapping):
+        raise UsageError(
+            f"update takes a mapping key -> {{field: value}}, got {type(changes).__name__}"
+        )
+    for value, fields in changes.items():
+        if not isinstance(fields, Mapping):
+            raise UsageError(f"update of key {value!r}: the changes must be a dict of fields")
+        touched = set(fields) & set(table.key.fields)
+        if touched:
+            raise UsageError(
+                f"update of key {value!r} changes the key field {sorted(touched)[0]!r}: "
+                "delete the record and write it under its new key instead"
+            )
+
+
+def upserted_records(
+    table: Table,
+    rows: Any,
+    matched: str,
+    not_matched: str,
+    condition: Condition | None,
+) -> list[dict[str, Any]]:
+    """The records a conditional upsert writes (see ``Database.upsert``)."""
+    if matched not in MATCHED:
+        raise UsageError(f"when_matched must be one of {MATCHED}, got {matched!r}")
+    if not_matched not in NOT_MATCHED:
+        raise UsageError(f"when_not_matched must be one of {NOT_MATCHED}, got {not_matched!r}")
+    if condition is not None and not callable(condition):
+        raise UsageError("condition must be a function (current record, new record) -> bool")
+    key = table.key
+    if is_arrow_like(rows):
+        incoming: list[dict[str, Any]] = as_arrow(rows).to_pylist()
+    else:
+        listed = as_rows(rows, key, "this table")
+        incoming = [dict(r) for r in listed] if isinstance(listed, list) else listed.to_pylist()
+    current = _current(table, [key.key_of(r) for r in incoming])
+    out = []
+    for record in incoming:
+        old = current.get(_normal(table, key.key_of(record)))
+        if old is None:
+            if not_matched == "insert":
+                out.append(record)
+            continue
+        if matched == "skip" or (condition is not None and not condition(old, record)):
+            continue
+        out.append(record if matched == "replace" else _merged(old, record))
+    return out
+
+
+def deleted_keys(table: Table, predicate: Any) -> list[Any]:
+    """The keys of the records ``predicate`` holds for: a ``pyarrow.compute.Expression`` over
+    the table's columns, or a function of one record."""
+    if not isinstance(predicate, pc.Expression) and not callable(predicate):
+        raise UsageError(
+            "delete_where takes a pyarrow.compute.Expression (pc.field('qty') == 0) or a "
+            f"function record -> bool, got {type(predicate).__name__}"
+        )
+    codec = table.codec
+    if codec is None:
+        return []
+    keys: list[Any] = []
+    key_field = table.root.key_field
+    for raw in table.scan():
+        if isinstance(predicate, pc.Expression):
+            rows = table.present(raw).append_column(_ROW, pa.array(range(raw.num_rows), pa.int64()))
+            try:
+                chosen = rows.filter(predicate).column(_ROW)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+                raise UsageError(f"delete_where cannot evaluate {predicate}: {exc}") from None
+            keys += codec.to_python(raw.column(key_field).take(chosen))
+        else:
+            mask = pa.array([bool(predicate(r)) for r in table.records(raw)], pa.bool_())
+            keys += codec.to_python(raw.column(key_field).filter(mask))
+    return keys
+
+
+_ROW = "\x00row"
+
+
+def _current(table: Table, keys: list[Any]) -> dict[Any, dict[str, Any]]:
+    """The current records of ``keys``, by normalised key."""
+    if table.codec is None or not keys:
+        return {}
+    key_of = table.key.key_of
+    return {_normal(table, key_of(r)): r for r in table.records(table.get(keys))}
+
+
+def _normal(table: Table, value: Any) -> Any:
+    codec = table.codec
+    if codec is None:
+        return value
+    normal = codec.normalize(value)
+    return tuple(normal) if isinstance(normal, list) else normal
+
+
+def _merged(record: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(record)
+    for name, value in fields.items():
+        if value is None:
+            merged.pop(name, None)
+        else:
+            merged[name] = value
+    return merged

@@ -1,0 +1,166 @@
+"""What ``Database.write`` accepts, turned into Arrow or a list of records.
+
+Records are dicts that hold the key fields, or a mapping key -> dict. Arrow
+data is a ``pyarrow.Table``, ``RecordBatch`` or ``RecordBatchReader``, or any
+object that exports an Arrow stream (``__arrow_c_stream__``: pandas and
+Polars DataFrames, DuckDB results, ...). A pandas DataFrame keeps a named
+index as columns (``df.set_index("id")`` writes ``id``); an unnamed index is
+not data and is dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from merkle.blocks.codec import encode_node
+from merkle.errors import UsageError
+from merkle.tablets.conform import KeyLayout
+
+__all__ = [
+    "as_rows",
+    "check_fields",
+    "check_keys",
+    "check_metadata",
+    "check_table_name",
+    "is_arrow_like",
+]
+
+
+def is_arrow_like(data: Any) -> bool:
+    """Whether ``data`` is Arrow data or exports an Arrow stream (a DataFrame, ...)."""
+    return isinstance(data, pa.Table | pa.RecordBatch | pa.RecordBatchReader) or hasattr(
+        data, "__arrow_c_stream__"
+    )
+
+
+def _pandas_table(frame: Any) -> pa.Table | None:
+    module = type(frame).__module__
+    if not module.startswith("pandas"):
+        return None
+    import pandas
+
+    if not isinstance(frame, pandas.DataFrame):
+        return None
+    named = any(name is not None for name in frame.index.names)
+    return pa.Table.from_pandas(frame, preserve_index=named)
+
+
+def as_arrow(data: Any) -> pa.Table | pa.RecordBatch:
+    """Arrow data (or a DataFrame) as a pyarrow Table or RecordBatch, schema metadata dropped."""
+    if isinstance(data, pa.Table | pa.RecordBatch):
+        return data
+    table = _pandas_table(data)
+    if table is None:
+        if isinstance(data, pa.RecordBatchReader):
+            table = data.read_all()
+        else:
+            try:
+                table = pa.table(data)
+            except (pa.ArrowException, TypeError, ValueError) as exc:
+                raise UsageError(
+                    f"cannot read {type(data).__name__} as Arrow data: {exc}"
+                ) from None
+    return table.replace_schema_metadata(None)
+
+
+def as_rows(
+    data: Any, key: KeyLayout, table: str
+) -> pa.Table | pa.RecordBatch | list[Mapping[str, Any]]:
+    """What ``write`` was given, as Arrow or as a list of records holding the key fields."""
+    if is_arrow_like(data):
+        return as_arrow(data)
+    if isinstance(data, Mapping):
+        out: list[Mapping[str, Any]] = []
+        for value, record in data.items():
+            if not isinstance(record, Mapping):
+                raise UsageError(
+                    f"records for table {table!r} given as a mapping must map keys to dicts; "
+                    f"key {value!r} maps to {type(record).__name__}"
+                )
+            out.append({**record, **_key_fields(key, value, record)})
+        return out
+    if isinstance(data, str | bytes) or not isinstance(data, Iterable):
+        raise UsageError(
+            f"records for table {table!r} must be dicts, a mapping key -> dict, Arrow data or "
+            f"a DataFrame; got {type(data).__name__}"
+        )
+    listed = list(data)
+    for i, record in enumerate(listed):
+        if not isinstance(record, Mapping):
+            raise UsageError(
+                f"record {i} for table {table!r} is a {type(record).__name__}, not a dict"
+            )
+        value = key.key_of(record)
+        if value is None or (key.composite and None in value):
+            what = (
+                f"the key fields {list(key.fields)}"
+                if key.composite
+                else f"the key field {key.fields[0]!r}"
+            )
+            raise UsageError(f"record {i} for table {table!r} has no value for {what}")
+    return listed
+
+
+def _key_fields(key: KeyLayout, value: Any, record: Mapping[str, Any]) -> dict[str, Any]:
+    """The key fields a record under ``value`` holds (checked against what it already holds)."""
+    if key.composite:
+        if not isinstance(value, tuple | list) or len(value) != len(key.fields):
+            raise UsageError(
+                f"a record keyed by {value!r}: the key {list(key.fields)} needs a tuple of "
+                f"{len(key.fields)} values"
+            )
+        parts = dict(zip(key.fields, value, strict=True))
+    else:
+        parts = {key.fields[0]: value}
+    for name, part in parts.items():
+        if name in record and record[name] != part:
+            raise UsageError(
+                f"record under key {value!r} holds {name}={record[name]!r}: the two must agree"
+            )
+    return parts
+
+
+def check_fields(fields: Sequence[str] | None) -> list[str] | None:
+    """``fields`` as a list of non-empty names (None stays None)."""
+    if fields is None:
+        return None
+    if isinstance(fields, str):
+        raise UsageError(f"fields must be a list of field names, not the string {fields!r}")
+    out = list(fields)
+    for f in out:
+        if not isinstance(f, str) or not f:
+            raise UsageError(f"field names must be non-empty strings, got {f!r}")
+    return out
+
+
+def check_keys(keys: Any, table: str) -> list[Any]:
+    """A list of keys; a single string or bytes is a UsageError (it is not a list of keys)."""
+    if isinstance(keys, str | bytes | bytearray) or not isinstance(keys, Iterable):
+        raise UsageError(
+            f"keys for table {table!r} must be a list of keys, got the "
+            f"{type(keys).__name__} {keys!r}: pass [{keys!r}] for one key"
+        )
+    return list(keys)
+
+
+def check_table_name(name: object) -> str:
+    """A table name: a non-empty string of printable characters, at most 255 bytes."""
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"a table name must be a non-empty string, got {name!r}")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name) or len(name.encode()) > 255:
+        raise UsageError(
+            f"table name {name!r} is invalid: use at most 255 bytes and no control characters"
+        )
+    return name
+
+
+def check_metadata(value: Any, what: str) -> Any:
+    """``value`` if it can be stored in a node (DAG-CBOR), else a UsageError naming ``what``."""
+    try:
+        encode_node(value)
+    except UsageError as exc:
+        raise UsageError(f"{what} cannot be stored: {exc}") from None
+    return value

@@ -1,0 +1,473 @@
+"""Three-way merge of two database versions from their common ancestor.
+
+``conn.merge(source, into)`` brings the changes ``source`` made since the
+merge base into the head of ``into``, key by key, and commits the result
+as one version of ``into`` whose journal entry names ``source`` as its
+second parent (``merged_from``). The rules (also in ``doc/versions.md``):
+
+* Rows: a key changed on one side only takes that change; changed the same
+  way on both sides (both deleted, or both wrote equal records), it is
+  taken once; changed differently, it is a conflict, which the resolver
+  settles: ``"ours"`` keeps into's record, ``"theirs"`` takes source's,
+  a callable gets ``{table, key, base, ours, theirs}`` (records or None)
+  and returns the record to keep (or None to delete), and ``"fail"`` raises
+  :class:`~merkle.errors.MergeConflictError` listing every conflict.
+* Tables: a side that did not change a table (same identity, settings and
+  records as the base) takes the other side's version of it, whatever that
+  is (changed, created, dropped, re-created, re-keyed). A table created on
+  both sides with the same key merges key by key from an empty base. A
+  table changed on both sides merges key by key if both kept its identity
+  and key; its metadata and families follow the side that changed them.
+  Anything else (dropped on one side and changed on the other, re-created
+  or re-keyed on one side and changed on the other, settings changed
+  differently on both) is a table conflict: ``"ours"`` and ``"theirs"``
+  pick a side's whole table, ``"fail"`` and callables raise.
+* Database metadata follows the side that changed it; changed differently
+  on both, it is a conflict like a table's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from merkle.db.ancestry import Lineage
+from merkle.db.diff import rekeyed, settings_changed
+from merkle.db.landing import land
+from merkle.db.ops import Op
+from merkle.errors import ConflictError, MergeConflictError, NotFoundError, UsageError
+from merkle.refs import JournalConflictError, JournalEntry, WriterTicket
+from merkle.tablets.diff import count_changes, diff_tables, rows_equal
+from merkle.tablets.keyindex import combine
+from merkle.tablets.rows import SortedRows
+from merkle.tablets.segment import arrow_to_records, concat_segments
+from merkle.tablets.table import Table
+
+if TYPE_CHECKING:
+    from merkle.db.connection import Connection
+    from merkle.db.database import Database
+
+__all__ = ["RESOLVERS", "Resolver", "merge"]
+
+Resolver = str | Callable[[dict[str, Any]], Mapping[str, Any] | None]
+RESOLVERS = ("ours", "theirs", "fail")
+_ATTEMPTS = 16
+
+
+@dataclass(frozen=True)
+class _MergedTable(Op):
+    """A table the merge changed; a merge never replays (it is redone on a moved head)."""
+
+    table: str
+
+    def apply(self, db: Database) -> Database:
+        raise ConflictError(f"merged table {self.table!r} cannot be replayed on another head")
+
+
+@dataclass
+class _Changes:
+    """One side's changes to a table since the base: new rows, deleted keys, base rows."""
+
+    upserts: SortedRows
+    deletes: pa.Array
+    base: SortedRows  # the base's records of updated and deleted keys
+
+
+def _sorted(parts: list[SortedRows], key_field: str, empty: SortedRows) -> SortedRows:
+    parts = [p for p in parts if len(p)]
+    if not parts:
+        return empty
+    table = concat_segments([p.table for p in parts], key_field=key_field)
+    keys = pa.concat_arrays([combine(p.keys) for p in parts])
+    order = pc.sort_indices(keys)
+    return SortedRows(table.take(order), keys.take(order))
+
+
+def _changes(base: Table | None, side: Table, empty: SortedRows) -> _Changes:
+    key_field = side.root.key_field
+    ups, dels, olds = [], [], []
+    for change in diff_tables(base, side):
+        ups += [change.inserted, change.updated_new]
+        olds += [change.updated_old, change.deleted]
+        dels.append(combine(change.deleted.keys))
+    deletes = pa.concat_arrays(dels) if dels else empty.keys
+    return _Changes(_sorted(ups, key_field, empty), deletes, _sorted(olds, key_field, empty))
+
+
+def _empty_rows(table: Table) -> SortedRows:
+    spec = table.spec
+    rows = pa.table({spec.key_field: pa.array([], type=spec.codec.arrow_type)})
+    return SortedRows(rows, spec.codec.encode_array(rows.column(spec.key_field)))
+
+
+def _take(rows: SortedRows, mask: np.ndarray) -> SortedRows:
+    keep = pa.array(mask, type=pa.bool_())
+    return SortedRows(rows.table.filter(keep), rows.keys.filter(keep))
+
+
+def _rows_at(rows: SortedRows, keys: pa.Array) -> tuple[pa.Table, np.ndarray]:
+    """``rows`` aligned to ``keys`` (null rows where absent) and where they are present."""
+    index = pc.index_in(keys, value_set=rows.keys)
+    present = index.is_valid().to_numpy(zero_copy_only=False)
+    return rows.table.take(index), present
+
+
+def _struct(rows: pa.Table, present: np.ndarray, key_field: str) -> pa.Array:
+    fields = [f for f in rows.schema if f.name != key_field]
+    mask = pa.array(~present, type=pa.bool_())
+    if not fields:
+        return pa.array([{} if p else None for p in present], type=pa.struct([]))
+    return pa.StructArray.from_arrays(
+        [rows.column(f.name).combine_chunks() for f in fields], fields=fields, mask=mask
+    )
+
+
+class _TableMerge:
+    """The key-by-key merge of one table: what to take from theirs, and the conflicts."""
+
+    def __init__(self, base: Table | None, ours: Table, theirs: Table) -> None:
+        self.key_field = ours.root.key_field
+        empty = _empty_rows(ours if ours.root.key_codec else theirs)
+        self.ours = _changes(base, ours, empty)
+        self.theirs = _changes(base, theirs, empty)
+        o, t = self.ours, self.theirs
+        o_keys = o.upserts.keys
+        # Theirs' upserts: taken where ours left the key alone, skipped where ours made the
+        # same record, a conflict otherwise.
+        at = pc.index_in(t.upserts.keys, value_set=o_keys)
+        up_in_ours = at.is_valid().to_numpy(zero_copy_only=False)
+        up_deleted = pc.is_in(t.upserts.keys, value_set=o.deletes).to_numpy(zero_copy_only=False)
+        same = np.zeros(len(t.upserts), dtype=bool)
+        if up_in_ours.any():
+            where = np.flatnonzero(up_in_ours)
+            mine = o.upserts.table.take(at.filter(pa.array(up_in_ours)))
+            theirs_rows = t.upserts.table.take(pa.array(where, type=pa.int64()))
+            same[where] = rows_equal(mine, theirs_rows, self.key_field)
+        self.take_upserts = _take(t.upserts, ~up_in_ours & ~up_deleted)
+        up_conflict = (up_in_ours & ~same) | up_deleted
+        # Theirs' deletes: taken unless ours wrote the key (both deleting is no conflict).
+        del_written = pc.is_in(t.deletes, value_set=o_keys).to_numpy(zero_copy_only=False)
+        del_deleted = pc.is_in(t.deletes, value_set=o.deletes).to_numpy(zero_copy_only=False)
+        self.take_deletes = t.deletes.filter(pa.array(~del_written & ~del_deleted))
+        conflict_keys = pa.concat_arrays(
+            [t.upserts.keys.filter(pa.array(up_conflict)), t.deletes.filter(pa.array(del_written))]
+        )
+        self.conflict_keys = conflict_keys.take(pc.sort_indices(conflict_keys))
+
+    def conflict_table(self) -> pa.Table:
+        """The conflicts as Arrow: ``key``, ``base``, ``ours``, ``theirs``."""
+        keys = self.conflict_keys
+        o, t = self.ours, self.theirs
+        everything = _unique(
+            _sorted([t.upserts, o.upserts, o.base, t.base], self.key_field, o.base)
+        )
+        native, _ = _rows_at(everything, keys)
+        columns: dict[str, Any] = {"key": native.column(self.key_field).combine_chunks()}
+        base = _unique(_sorted([o.base, t.base], self.key_field, o.base))
+        for name, rows in (("base", base), ("ours", o.upserts), ("theirs", t.upserts)):
+            aligned, present = _rows_at(rows, keys)
+            columns[name] = _struct(aligned, present, self.key_field)
+        return pa.table(columns)
+
+    def conflict_records(self, codec_table: Table) -> list[dict[str, Any]]:
+        """The conflicts as dicts for a callable resolver."""
+        codec = codec_table.codec
+        assert codec is not None
+        table = self.conflict_table()
+        out = []
+        for i in range(table.num_rows):
+            rec: dict[str, Any] = {}
+            for side in ("base", "ours", "theirs"):
+                cell = table.column(side)[i]
+                rec[side] = None if not cell.is_valid else self._record(table, side, i, codec)
+            rec["key"] = codec.to_python(table.column("key").slice(i, 1))[0]
+            out.append(rec)
+        return out
+
+    def _record(self, table: pa.Table, side: str, i: int, codec: Any) -> dict[str, Any]:
+        struct = table.column(side).combine_chunks().slice(i, 1)
+        assert isinstance(struct, pa.StructArray)
+        row = pa.table(
+            {self.key_field: table.column("key").slice(i, 1)}
+            | {f.name: struct.field(f.name) for f in struct.type},
+            schema=pa.schema(
+                [pa.field(self.key_field, table.column("key").type), *list(struct.type)]
+            ),
+        )
+        return arrow_to_records(row, key_field=self.key_field, codec=codec)[0]
+
+
+def _unique(rows: SortedRows) -> SortedRows:
+    n = len(rows)
+    if n < 2:
+        return rows
+    keys = combine(rows.keys)
+    keep = pa.concat_arrays([pa.array([True]), pc.not_equal(keys.slice(1), keys.slice(0, n - 1))])
+    return SortedRows(rows.table.filter(keep), keys.filter(keep))
+
+
+class _Merge:
+    """One attempt at merging theirs into ours (see the module doc for the rules)."""
+
+    def __init__(self, base: Database, ours: Database, theirs: Database, resolve: Resolver) -> None:
+        self.base, self.ours, self.theirs = base, ours, theirs
+        self.resolve = resolve
+        self.result = ours
+        self.conflicts: dict[str, pa.Table] = {}
+        self.table_conflicts: dict[str, str] = {}
+
+    def _table(self, db: Database, name: str) -> Table | None:
+        return db._table(name) if name in db.list_tables() else None
+
+    def _changed(self, base: Table | None, side: Table | None) -> bool:
+        if base is None or side is None:
+            return (base is None) != (side is None)
+        if base.root == side.root:
+            return False
+        return bool(settings_changed(base, side)) or count_changes(base, side).total > 0
+
+    def run(self) -> Database:
+        self._metadata()
+        names = set(self.base.list_tables()) | set(self.ours.list_tables())
+        for name in sorted(names | set(self.theirs.list_tables())):
+            self._merge_table(name)
+        if self.conflicts or self.table_conflicts:
+            raise self._error()
+        return self.result
+
+    def _error(self) -> MergeConflictError:
+        parts = [f"{n}: {n_rows.num_rows} keys" for n, n_rows in self.conflicts.items()]
+        parts += [f"{n or 'database metadata'}: {why}" for n, why in self.table_conflicts.items()]
+        return MergeConflictError(
+            f"merging {self.theirs.name!r} version {self.theirs.version} into "
+            f"{self.ours.name!r} version {self.ours.version} (base: {self.base.name!r} version "
+            f"{self.base.version}) found conflicts ({'; '.join(parts)}); nothing was "
+            "committed: resolve them with resolve='ours', 'theirs' or a function",
+            {n: t for n, t in self.conflicts.items()},
+            self.table_conflicts,
+        )
+
+    def _side_wins(self, name: str, why: str) -> str | None:
+        """Settle a table-level conflict: the winning side, or None (recorded as a conflict)."""
+        if self.resolve in ("ours", "theirs"):
+            return str(self.resolve)
+        self.table_conflicts[name] = why
+        return None
+
+    def _metadata(self) -> None:
+        b, o, t = self.base.metadata, self.ours.metadata, self.theirs.metadata
+        if t in (b, o):
+            return
+        if o != b and self._side_wins("", "the metadata was changed on both sides") != "theirs":
+            return
+        self.result = self.result.alter_db_meta(lambda _old, new: new, t)
+
+    def _use_theirs(self, name: str, theirs: Table | None) -> None:
+        if theirs is None:
+            if name in self.result.list_tables():
+                self.result = self.result.drop_table(name)
+            return
+        from merkle.db.tablestate import TableState as _TableState
+
+        table = Table(self.result._ts, theirs.root)
+        self.result = self.result._with_table(name, _TableState(table), _MergedTable(name))
+
+    def _merge_table(self, name: str) -> None:
+        b = self._table(self.base, name)
+        o = self._table(self.ours, name)
+        t = self._table(self.theirs, name)
+        if not self._changed(b, t):
+            return
+        if not self._changed(b, o):
+            self._use_theirs(name, t)
+            return
+        if o is None and t is None:
+            return  # dropped on both sides
+        if o is not None and t is not None and (b is None or _same_identity(b, o, t)):
+            if b is not None or not rekeyed(o, t):
+                self._rows(name, b, o, t)
+                return
+            why = "created on both sides with different keys"
+        elif o is None or t is None:
+            why = f"dropped on {'our' if o is None else 'their'} side and changed on the other"
+        else:
+            why = "re-created or re-keyed on one side and changed on the other"
+        if self._side_wins(name, why) == "theirs":
+            self._use_theirs(name, t)
+
+    def _settings(self, name: str, b: Table | None, o: Table, t: Table) -> Table:
+        """Ours' table with the settings theirs changed (families, metadata)."""
+        table = self.result._table(name)
+        for what, get in (("metadata", lambda x: x.root.meta), ("families", _families)):
+            base_value = get(b) if b is not None else get(o)
+            if get(t) == base_value or get(t) == get(o):
+                continue
+            if (
+                get(o) != base_value
+                and self._side_wins(name, f"its {what} changed on both sides") != "theirs"
+            ):
+                continue
+            table = (
+                table.with_meta(t.root.meta)
+                if what == "metadata"
+                else table.with_families(t.root.families)
+            )
+        return table
+
+    def _rows(self, name: str, b: Table | None, o: Table, t: Table) -> None:
+        from merkle.db.tablestate import TableState as _TableState
+
+        table = self._settings(name, b, o, t)
+        if not t.root.key_codec:  # theirs never held a record: no row to bring over
+            if table is not self.result._table(name):
+                self.result = self.result._with_table(name, _TableState(table), _MergedTable(name))
+            return
+        merge = _TableMerge(b, o, t)
+        version = self.result.version + 1
+        taken_up, taken_del = merge.take_upserts, merge.take_deletes
+        records: list[dict[str, Any]] = []
+        deletes: list[Any] = []
+        if len(merge.conflict_keys):
+            if self.resolve == "theirs":
+                keys = merge.conflict_keys
+                in_up = pc.is_in(keys, value_set=merge.theirs.upserts.keys)
+                extra = _take(
+                    merge.theirs.upserts,
+                    pc.is_in(merge.theirs.upserts.keys, value_set=keys).to_numpy(
+                        zero_copy_only=False
+                    ),
+                )
+                taken_up = _sorted([taken_up, extra], merge.key_field, taken_up)
+                gone = keys.filter(pc.invert(in_up))
+                taken_del = pa.concat_arrays([taken_del, gone])
+            elif callable(self.resolve):
+                for conflict in merge.conflict_records(o if o.root.key_codec else t):
+                    chosen = self.resolve({"table": name, **conflict})
+                    if chosen is None:
+                        deletes.append(conflict["key"])
+                    else:
+                        records.append({**chosen, o.root.key_field: conflict["key"]})
+            elif self.resolve == "fail":
+                self.conflicts[name] = merge.conflict_table()
+                return
+        if len(taken_up) or len(taken_del):
+            if not table.root.key_codec:
+                table = Table(table.ts, replace(table.root, key_codec=t.root.key_codec))
+            taken_del = taken_del.take(pc.sort_indices(taken_del))
+            table = table.apply_changes(taken_up, taken_del, version)
+        if table is not self.result._table(name):
+            self.result = self.result._with_table(name, _TableState(table), _MergedTable(name))
+        if records:
+            self.result = self.result.write(name, records)
+        if deletes:
+            self.result = self.result.delete(name, deletes)
+
+
+def _families(table: Table) -> dict[str, tuple[str, ...]]:
+    return table.root.families
+
+
+def _same_identity(b: Table, o: Table, t: Table) -> bool:
+    return b.root.uid == o.root.uid == t.root.uid and not rekeyed(b, o) and not rekeyed(b, t)
+
+
+def _check_resolve(resolve: Any) -> Resolver:
+    if callable(resolve) or resolve in RESOLVERS:
+        return resolve  # type: ignore[no-any-return]
+    raise UsageError(
+        f"resolve must be 'ours', 'theirs', 'fail' or a function of a conflict, got {resolve!r}"
+    )
+
+
+def _open(conn: Connection, what: Database | str, role: str) -> Database:
+    from merkle.db.database import Database
+
+    if isinstance(what, Database):
+        if what._conn.uri != conn.uri:
+            raise UsageError(f"the merge {role} must be a database of {conn.uri}")
+        if what.dirty:
+            raise UsageError(f"the merge {role} has uncommitted changes: commit them first")
+        return what
+    if not isinstance(what, str):
+        raise UsageError(f"the merge {role} must be a database name, got {type(what).__name__}")
+    return conn.open_db(what)
+
+
+def _base(conn: Connection, ours: Database, theirs: Database, base: Any) -> Database:
+    from merkle.db.database import Database
+
+    if base is None:
+        found = Lineage(conn).merge_base(ours.entry, theirs.entry)
+        if found is None:
+            raise NotFoundError(
+                f"{ours.name!r} and {theirs.name!r} have no common ancestor in the journals "
+                "(unrelated, or the history was trimmed); pass base= (a Database or a "
+                f"version of {ours.name!r})"
+            )
+        return conn.open_db(found.db, version=found.version)
+    if isinstance(base, Database):
+        return base
+    if isinstance(base, int) and not isinstance(base, bool):
+        return conn.open_db(ours.name, version=base)
+    raise UsageError(f"base must be a Database or a version number, got {base!r}")
+
+
+def merge(
+    conn: Connection,
+    source: Database | str,
+    into: str,
+    *,
+    base: Database | int | None = None,
+    resolve: Resolver = "fail",
+    message: str | None = None,
+    author: str | None = None,
+) -> Database:
+    """Merge ``source`` into the head of ``into`` and commit: the new head of ``into``.
+
+    Nothing is committed when ``source`` has nothing ``into`` lacks (``into``
+    is returned as it is) or when a conflict remains (MergeConflictError).
+    """
+    resolve = _check_resolve(resolve)
+    if not isinstance(into, str):
+        raise UsageError(f"merge into must be a database name, got {type(into).__name__}")
+    for _ in range(_ATTEMPTS):
+        ours = conn.open_db(into)
+        theirs = _open(conn, source, "source")
+        if theirs.name == ours.name and theirs.version <= ours.version:
+            return ours
+        common = _base(conn, ours, theirs, base)
+        if common.root == theirs.root:
+            return ours  # nothing new on their side
+        result = _Merge(common, ours, theirs, resolve).run()
+        text = message or f"merge {theirs.name} version {theirs.version} into {into}"
+        try:
+            return _commit(result, theirs, text, author)
+        except JournalConflictError:
+            continue  # into moved while merging: merge again onto the new head
+    raise ConflictError(f"gave up merging into {into!r}: other writers kept committing to it first")
+
+
+def _commit(result: Database, theirs: Database, message: str, author: str | None) -> Database:
+    """Commit ``result`` (even with no changes of its own) with both parents recorded."""
+    conn = result._conn
+    root = result._save_root()
+
+    def write(ticket: WriterTicket, first: bool) -> None:
+        result._staging.flush_reachable([root], refresh_before=ticket.lease.start)
+
+    def put() -> JournalEntry:
+        return conn.refs.commit(
+            result.name,
+            result.version,
+            str(root),
+            author=author,
+            message=message,
+            merged_from={"db": theirs.name, "version": theirs.version},
+        )
+
+    return conn._database(land(conn, result.name, write, put))

@@ -1,0 +1,122 @@
+"""The record operations of a ``Database`` beyond plain writes and reads.
+
+Partial and conditional writes (``update``, ``upsert``, ``delete_where``),
+recorded as operations a rebasing commit re-runs (:mod:`merkle.db.ops`);
+streaming reads (``to_batches``), DataFrames (``to_pandas``, ``to_polars``)
+and the lazy dataset DuckDB and Polars scan (``dataset``). They are a mixin
+of :class:`~merkle.db.database.Database`, built on its table state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from merkle.db.changes import deleted_keys, updated_rows, upserted_records
+from merkle.db.dataset import table_dataset
+from merkle.db.inputs import check_fields
+from merkle.db.ops import DeleteWhere, Op, Update, Upsert
+from merkle.db.streams import batch_reader, check_filter, to_pandas, to_polars
+from merkle.db.tablestate import TableChange, TableState
+from merkle.tablets.table import Table
+
+if TYPE_CHECKING:
+    from merkle.db.database import Database
+
+__all__ = ["RecordOps"]
+
+
+class RecordOps:
+    """Partial and conditional writes and streaming reads (mixed into ``Database``)."""
+
+    if TYPE_CHECKING:
+
+        def _state(self, name: str) -> TableState: ...
+        def _table(self, name: str) -> Table: ...
+        def _with_table(self, name: str, state: TableState | None, op: Op) -> Database: ...
+        def _upsert(
+            self, table: str, records: Any, op: Callable[[str, pa.Table], Op]
+        ) -> Database: ...
+        def _delete(self, table: str, keys: Sequence[Any], op: Callable[[str], Op]) -> Database: ...
+        def to_arrow(
+            self,
+            table: str,
+            fields: Sequence[str] | None = None,
+            from_pk: Any = None,
+            to_pk: Any = None,
+        ) -> pa.Table: ...
+
+    def update(self, table: str, changes: Mapping[Any, Mapping[str, Any]]) -> Database:
+        """Change only the given fields of existing records: ``{key: {field: value}}``.
+
+        Keys without a record are left alone; a value of None removes the field.
+        Replayed on a concurrent head, it changes the records as they are there."""
+        state = self._state(table)
+        done = updated_rows(self._table(table), changes)
+        if done is None or not len(done[1]):
+            return self  # type: ignore[return-value]
+        current, rows = done
+        changed = (
+            state.table.with_schema(current.root.schema) if current.root.typed else state.table
+        )
+        new_state = TableState(changed, (*state.changes, TableChange(upserts=rows)))
+        return self._with_table(table, new_state, Update(table, changed.root.uid, dict(changes)))
+
+    def upsert(
+        self,
+        table: str,
+        rows: Any,
+        *,
+        when_matched: str = "update",
+        when_not_matched: str = "insert",
+        condition: Callable[[dict[str, Any], dict[str, Any]], Any] | None = None,
+    ) -> Database:
+        """A conditional upsert (SQL ``MERGE``, Lance ``merge_insert``).
+
+        For each record of ``rows`` (as ``write`` takes them) whose key exists:
+        ``when_matched`` "update" merges its fields into the record, "replace"
+        writes it whole, "skip" leaves the record; with ``condition`` only when
+        ``condition(current, new)`` is true. A record whose key does not exist
+        is inserted unless ``when_not_matched`` is "skip"."""
+        current = self._table(table)
+        records = upserted_records(current, rows, when_matched, when_not_matched, condition)
+        return self._upsert(
+            table,
+            records,
+            lambda uid, _: Upsert(table, uid, rows, when_matched, when_not_matched, condition),
+        )
+
+    def delete_where(self, table: str, predicate: Any) -> Database:
+        """Delete the records ``predicate`` holds for: a ``pyarrow.compute.Expression``
+        (``pc.field("qty") == 0``) or a function of a record. Replayed on a
+        concurrent head, it deletes what matches there."""
+        keys = deleted_keys(self._table(table), predicate)
+        return self._delete(table, keys, lambda uid: DeleteWhere(table, uid, predicate))
+
+    def to_batches(
+        self,
+        table: str,
+        fields: Sequence[str] | None = None,
+        from_pk: Any = None,
+        to_pk: Any = None,
+        filter: Any = None,
+    ) -> pa.RecordBatchReader:
+        """The table as a stream of record batches in key order, read a tablet at a time
+        (bounded memory); ``filter`` is a ``pyarrow.compute.Expression``."""
+        current = self._table(table)
+        return batch_reader(current, check_fields(fields), from_pk, to_pk, check_filter(filter))
+
+    def to_pandas(self, table: str, fields: Sequence[str] | None = None, **bounds: Any) -> Any:
+        """The table as a pandas DataFrame (``merkle-db[pandas]``)."""
+        return to_pandas(self.to_arrow(table, fields, **bounds))
+
+    def to_polars(self, table: str, fields: Sequence[str] | None = None, **bounds: Any) -> Any:
+        """The table as a Polars DataFrame (``merkle-db[polars]``)."""
+        return to_polars(self.to_arrow(table, fields, **bounds))
+
+    def dataset(self, table: str) -> Any:
+        """The table as a lazy ``pyarrow.dataset.Dataset`` (one fragment per tablet) that
+        DuckDB and Polars scan with key-range and projection pushdown."""
+        return table_dataset(self._table(table))[0]

@@ -1,0 +1,73 @@
+"""What a table says about itself: ``describe_table``, ``list_tablets``, and stray tablets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from merkle.blocks.cid import CID
+from merkle.errors import MerkleError, NotFoundError
+from merkle.tablets.keys import infer_key_codec_arrow
+from merkle.tablets.segment import arrow_to_records
+from merkle.tablets.store import TableStore
+from merkle.tablets.table import Table
+
+__all__ = ["describe_table", "list_tablets", "read_stray_tablet"]
+
+
+def describe_table(ts: TableStore, table: Table, name: str) -> dict[str, Any]:
+    """Settings, size and schema of one table version (``Database.describe_table``)."""
+    root = table.root
+    return {
+        "id": str(ts.put_node(root.to_node())),
+        "name": name,
+        "key": list(root.key_fields) if len(root.key_fields) > 1 else root.key_fields[0],
+        "key_codec": root.key_codec,
+        "tablets": len(table.tablets()),
+        "count": table.count,
+        "size": table.size,
+        "patch": table.patch_stats(),
+        "families": {f: sorted(fields) for f, fields in root.families.items()},
+        "limits": {
+            "tablet_size_limit": root.limits.tablet_size,
+            "branching_factor": root.limits.branching,
+            "patch_limit": root.limits.patch,
+            "patch_share": root.limits.patch_share,
+        },
+        "metadata": root.meta,
+        "schema": root.schema,
+    }
+
+
+def list_tablets(table: Table) -> list[dict[str, Any]]:
+    """The tablets of the merged area in key order: id, count, size, start and end keys."""
+    codec = table.codec
+    out = []
+    for ref in table.tablets():
+        assert codec is not None
+        out.append(
+            {
+                "id": str(ref.cid),
+                "count": ref.count,
+                "size": ref.size,
+                "start": codec.decode(ref.first_key),
+                "end": codec.decode(ref.last_key),
+            }
+        )
+    return out
+
+
+def read_stray_tablet(
+    ts: TableStore, cid: CID, fields: Sequence[str] | None
+) -> Iterator[dict[str, Any]]:
+    """The records of a tablet no table of the database holds (made by a bulk job)."""
+    try:
+        node = ts.tablet(cid)
+    except MerkleError as exc:
+        raise NotFoundError(f"{cid} is not a readable tablet: {exc}") from None
+    base = ts.segment(node.segments["base"])
+    key_field = base.column_names[0]
+    codec = infer_key_codec_arrow(base.schema.field(key_field).type)
+    stray = Table.new(ts, key_field=key_field, key_codec=codec.spec)
+    rows = stray.read_tablet(cid, fields)
+    return iter(arrow_to_records(rows, key_field=key_field, codec=codec, fields=fields))

@@ -1,0 +1,72 @@
+"""A table as one uncommitted transaction sees it: a materialised table plus buffered changes.
+
+Writes to a table are buffered as sorted Arrow rows (or encoded keys to
+delete) and folded into one pending batch only when the table is next read
+or at commit, so a loop of small writes costs one batch, not one per call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from merkle.tablets.batch import BatchContent, fold
+from merkle.tablets.rows import SortedRows, empty_keys
+from merkle.tablets.table import Table
+
+__all__ = ["TableChange", "TableState"]
+
+
+@dataclass(frozen=True)
+class TableChange:
+    """A buffered write (sorted Arrow rows) or delete (encoded keys) on one table."""
+
+    upserts: SortedRows | None = None
+    deletes: pa.Array | None = None
+
+
+@dataclass(frozen=True)
+class TableState:
+    """A table as this transaction sees it: a materialised table plus buffered changes."""
+
+    table: Table
+    changes: tuple[TableChange, ...] = ()
+    modified: bool = True  # False for a table only loaded from the base version
+    _cache: dict[str, Table] = field(default_factory=dict, compare=False, repr=False)
+
+    def current(self, version: int) -> Table:
+        """The table with every buffered change folded in (computed once per value)."""
+        if not self.changes:
+            return self.table
+        done = self._cache.get("table")
+        if done is None:
+            folded = self.folded()
+            done = self.table.apply_changes(folded.upserts, folded.deletes, version)
+            self._cache["table"] = done
+        return done
+
+    def folded(self) -> BatchContent:
+        """Every buffered change folded into one: the newest change of each key wins."""
+        spec = self.table.spec
+        codec = spec.codec
+        contents = []
+        for change in reversed(self.changes):
+            if change.upserts is not None:
+                rows = change.upserts
+                none = np.zeros(len(rows), bool)
+                contents.append(BatchContent(rows, none, empty_keys(codec), np.zeros(0, bool)))
+            else:
+                assert change.deletes is not None
+                empty = pa.table({spec.key_field: pa.array([], type=codec.arrow_type)})
+                dels = change.deletes
+                contents.append(
+                    BatchContent(
+                        SortedRows(empty, empty_keys(codec)),
+                        np.zeros(0, bool),
+                        dels,
+                        np.zeros(len(dels), bool),
+                    )
+                )
+        return fold(contents, spec.key_field, codec)

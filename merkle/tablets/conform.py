@@ -1,0 +1,556 @@
+"""Rows checked against a table's schema: user data in as segment rows, and back out.
+
+Writing (:func:`conform_arrow`, :func:`conform_records`): every value must
+fit its field's type exactly (an int64 column fits an int32 field when every
+value is in range; ``"12"`` never fits an int field; 1.5 never fits an int
+field); a field the schema lacks is added, nullable, with the type the data
+has; a schema-free field takes any value as CBOR. A value that does not fit
+is a :class:`~merkle.errors.SchemaError` naming the field, the record's key
+and the value. The result is in segment form: the key column first (in the
+key codec's type; a composite key as one struct column), then the stored
+fields sorted by name, each in its :func:`~merkle.tablets.schema.storage_type`.
+
+Reading (:func:`present`, :func:`present_records`) is the inverse: the
+schema's fields in the schema's order, with the schema's exact types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from merkle.errors import SchemaError, UsageError
+from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
+from merkle.tablets.schema import (
+    composite_column,
+    infer_type,
+    is_free,
+    show_value,
+    storage_type,
+    type_family,
+)
+from merkle.tablets.segment import (
+    arrow_to_records,
+    cbor_array,
+    cbor_field,
+    column_values,
+    is_cbor_field,
+)
+
+__all__ = [
+    "Conformed",
+    "KeyLayout",
+    "codec_for_types",
+    "conform_arrow",
+    "conform_records",
+    "fit_column",
+    "present",
+    "present_records",
+    "schema_of_segments",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLayout:
+    """A table's key: the user's key fields and the segment column that holds them."""
+
+    fields: tuple[str, ...]
+
+    @classmethod
+    def of(cls, key: str | Sequence[str]) -> KeyLayout:
+        names = (key,) if isinstance(key, str) else tuple(key)
+        if not names or not all(isinstance(n, str) and n for n in names):
+            raise UsageError(f"the key must be a field name or a list of field names, got {key!r}")
+        if len(set(names)) != len(names):
+            raise UsageError(f"the key {list(names)} names a field twice")
+        return cls(names)
+
+    @property
+    def composite(self) -> bool:
+        return len(self.fields) > 1
+
+    @property
+    def column(self) -> str:
+        """The segment key column: the key field itself, or a struct of the key fields."""
+        return composite_column(self.fields) if self.composite else self.fields[0]
+
+    def key_of(self, record: Mapping[str, Any]) -> Any:
+        """The key value of a record: one field's value, or a tuple for a composite key."""
+        if self.composite:
+            return tuple(record.get(name) for name in self.fields)
+        return record.get(self.fields[0])
+
+
+@dataclass(frozen=True, slots=True)
+class Conformed:
+    """Rows in segment form, with the schema and key codec they were checked against."""
+
+    rows: pa.Table
+    schema: pa.Schema
+    codec: KeyCodec
+
+
+def codec_for_types(types: Sequence[pa.DataType]) -> KeyCodec:
+    """The key codec of key fields of these Arrow types (one: its codec; several: a tuple)."""
+    if len(types) == 1:
+        return infer_key_codec_arrow(types[0])
+    return key_codec("tuple(" + ",".join(infer_key_codec_arrow(t).spec for t in types) + ")")
+
+
+# -- fitting one column ------------------------------------------------------------
+
+
+def fit_column(
+    name: str, column: pa.Array | pa.ChunkedArray, target: pa.DataType, key_of: Callable[[int], Any]
+) -> pa.Array | pa.ChunkedArray:
+    """``column`` as ``target`` when every value converts exactly; SchemaError otherwise."""
+    source = column.type
+    if source == target:
+        return column
+    if pa.types.is_dictionary(source):
+        column = column.cast(source.value_type)
+        source = column.type
+        if source == target:
+            return column
+    if pa.types.is_null(source):
+        return pa.nulls(len(column), target)
+    if type_family(source) != type_family(target):
+        position = _first_valid(column)
+        raise SchemaError(
+            f"field {name!r} is {target}, but the data holds {source}"
+            + _where(column, position, key_of)
+            + f": convert the data, or change the field (alter_schema) or declare it "
+            f"schema-free (alter_schema(table, free=[{name!r}]))"
+        )
+    try:
+        candidate = column.cast(target, safe=False)
+        back = candidate.cast(source, safe=False)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        # No exact cast kernel (int64 -> decimal128(10, 2), ...): convert value by value.
+        return _typed_array(name, column.to_pylist(), target, key_of)
+    if back.equals(column):
+        return candidate
+    before, after = column.to_pylist(), back.to_pylist()
+    for position, (a, b) in enumerate(zip(before, after, strict=True)):
+        if a != b and not (a != a and b != b):  # NaN equals NaN here
+            raise SchemaError(
+                f"field {name!r} is {target}: the value {show_value(a)} of the record with key "
+                f"{show_value(key_of(position))} does not fit it exactly (it would become "
+                f"{show_value(candidate.slice(position, 1).to_pylist()[0])}): widen the field "
+                f"(alter_schema(table, widen={{{name!r}: ...}})), declare it schema-free, "
+                "or fix the value"
+            )
+    return candidate
+
+
+def _first_valid(column: pa.Array | pa.ChunkedArray) -> int | None:
+    valid = pc.is_valid(column)
+    index = pc.index(valid, True).as_py()
+    return None if index is None or index < 0 else int(index)
+
+
+def _where(column: Any, position: int | None, key_of: Callable[[int], Any]) -> str:
+    if position is None:
+        return ""
+    value = column.slice(position, 1).to_pylist()[0]
+    return f" (first: {show_value(value)}, key {show_value(key_of(position))})"
+
+
+def _typed_array(
+    name: str, values: Sequence[Any], target: pa.DataType, key_of: Callable[[int], Any]
+) -> pa.Array:
+    """Python values as an array of ``target``; SchemaError naming the first that does not fit."""
+    integral = pa.types.is_integer(target)
+    try:
+        array = pa.array(values, type=target)
+        if not integral or not any(_fractional(v) for v in values):
+            return array
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        pass
+    for position, value in enumerate(values):
+        if value is None:
+            continue
+        try:
+            if integral and _fractional(value):
+                raise ValueError("it is not a whole number")  # pyarrow would truncate it
+            pa.array([value], type=target)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise SchemaError(
+                f"field {name!r} is {target}: the value {show_value(value)} "
+                f"({type(value).__name__}) of the record with key {show_value(key_of(position))} "
+                f"does not fit it ({exc}): widen the field (alter_schema), declare it "
+                "schema-free, or fix the value"
+            ) from None
+    raise SchemaError(f"field {name!r} is {target}: its values do not fit it")
+
+
+def _fractional(value: Any) -> bool:
+    return isinstance(value, float) and not value.is_integer()
+
+
+def _check_nullability(
+    schema: pa.Schema, stored: Mapping[str, Any], key: KeyLayout, key_of: Callable[[int], Any]
+) -> None:
+    for field in schema:
+        if field.nullable or field.name in key.fields:
+            continue
+        column = stored.get(field.name)
+        if column is None:
+            raise SchemaError(
+                f"field {field.name!r} is not nullable, but the records "
+                f"(first key {show_value(key_of(0))}) do not hold it: give it a value, "
+                f"or make it nullable (alter_schema(table, nullable=[{field.name!r}]))"
+            )
+        if column.null_count:
+            position = _first_null(column)
+            raise SchemaError(
+                f"field {field.name!r} is not nullable, but the record with key "
+                f"{show_value(key_of(position))} has no value for it"
+            )
+
+
+def _first_null(column: Any) -> int:
+    return int(pc.index(pc.is_null(column), True).as_py())
+
+
+# -- writing ---------------------------------------------------------------------
+
+
+def _segment(
+    key: KeyLayout, key_column: Any, codec: KeyCodec, stored: Mapping[str, tuple[pa.Field, Any]]
+) -> pa.Table:
+    fields = [pa.field(key.column, codec.arrow_type)]
+    arrays = [key_column]
+    for name in sorted(stored):
+        field, array = stored[name]
+        if array.null_count == len(array):
+            continue  # None everywhere is the same as absent
+        fields.append(field)
+        arrays.append(array)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _stored_field(field: pa.Field) -> pa.Field:
+    if is_free(field):
+        return cbor_field(field.name)
+    return pa.field(field.name, storage_type(field.type))
+
+
+def _check_names(names: Sequence[str], key: KeyLayout) -> None:
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"a field name must be a non-empty string, got {name!r}")
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise UsageError(f"the data has duplicate columns {duplicates}: rename them")
+    if key.composite and key.column in names:
+        raise UsageError(
+            f"{key.column!r} is the name merkle-db gives the composite key {list(key.fields)}: "
+            "rename that field"
+        )
+
+
+def conform_arrow(
+    table: pa.Table,
+    schema: pa.Schema | None,
+    key: KeyLayout,
+    codec: KeyCodec | None,
+    *,
+    new_free: bool = False,
+) -> Conformed:
+    """An Arrow table checked against ``schema`` (extended by its new fields), in segment form.
+
+    ``new_free``: a field the schema lacks is added schema-free instead of typed.
+    """
+    names = table.column_names
+    _check_names(names, key)
+    schema = schema if schema is not None else pa.schema([])
+    for name in key.fields:
+        if name not in names:
+            raise UsageError(
+                f"the Arrow data has no column {name!r}, a key field of this table "
+                f"(columns: {names})"
+            )
+    key_types = []
+    key_columns = []
+    for name in key.fields:
+        column = table.column(name)
+        if column.null_count:
+            raise UsageError(f"key field {name!r} holds nulls: every row needs its key")
+        if name in schema.names:
+            kind = schema.field(name).type
+            column = fit_column(name, column, kind, lambda i: f"row {i}")
+        key_types.append(column.type)
+        key_columns.append(column)
+    if codec is None:
+        codec = codec_for_types(key_types)
+    try:
+        if key.composite:
+            chunks = [_combined(c) for c in key_columns]
+            struct = pa.StructArray.from_arrays(chunks, names=[str(i) for i in range(len(chunks))])
+            key_array = codec.check_column(struct)
+        else:
+            key_array = codec.check_column(key_columns[0])
+    except UsageError as exc:
+        raise UsageError(
+            f"key {list(key.fields) if key.composite else key.fields[0]!r}: {exc}"
+        ) from None
+
+    def key_of(position: int) -> Any:
+        return codec.to_python(key_array.slice(position, 1))[0]
+
+    new_fields: list[pa.Field] = []
+    for name, kind in zip(key.fields, key_types, strict=True):
+        if name not in schema.names:
+            new_fields.append(table.schema.field(name).with_type(kind))
+    stored: dict[str, tuple[pa.Field, Any]] = {}
+    for field in table.schema:
+        name = field.name
+        if name in key.fields:
+            continue
+        column = table.column(name)
+        if name in schema.names:
+            target = schema.field(name)
+        elif is_cbor_field(field) or (new_free and not pa.types.is_null(field.type)):
+            target = cbor_field(name)
+            new_fields.append(target)
+        elif pa.types.is_null(field.type):
+            continue  # no type to learn yet
+        else:
+            target = pa.field(name, field.type, nullable=True, metadata=field.metadata)
+            new_fields.append(target)
+        if is_free(target):
+            if is_cbor_field(field):
+                array = column.cast(pa.binary())
+            else:
+                values = column_values(pa.table([column], schema=pa.schema([field])), name)
+                array = cbor_array(name, values, lambda i: f"the record with key {key_of(i)!r}")
+        else:
+            array = fit_column(name, column, storage_type(target.type), key_of)
+        stored[name] = (_stored_field(target), array)
+    order = {name: i for i, name in enumerate(names)}
+    full = _extend(schema, sorted(new_fields, key=lambda f: order[f.name]))
+    _check_nullability(full, {n: a for n, (_, a) in stored.items()}, key, key_of)
+    return Conformed(_segment(key, key_array, codec, stored), full, codec)
+
+
+def _combined(column: Any) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return column
+
+
+def _extend(schema: pa.Schema, fields: Sequence[pa.Field]) -> pa.Schema:
+    for field in fields:
+        schema = schema.append(field)
+    return schema
+
+
+def conform_records(
+    records: Sequence[Mapping[str, Any]],
+    schema: pa.Schema | None,
+    key: KeyLayout,
+    codec: KeyCodec | None,
+    *,
+    new_free: bool = False,
+    partial: bool = False,
+) -> Conformed:
+    """Records (dicts holding the key fields) checked against ``schema``, in segment form.
+
+    ``new_free``: a field the schema lacks is added schema-free instead of typed.
+    ``partial``: the records are field changes, not whole records (a field
+    they lack is not missing).
+    """
+    schema = schema if schema is not None else pa.schema([])
+    keys: list[Any] = []
+    columns: dict[str, list[Any]] = {}
+    first_seen: dict[str, int] = {}  # field -> order of first appearance (the column order)
+    count = len(records)
+    for position, record in enumerate(records):
+        if not isinstance(record, Mapping):
+            raise UsageError(
+                f"record {position} is of type {type(record).__name__}, not a mapping: "
+                "write dicts of field name -> value"
+            )
+        value = key.key_of(record)
+        if value is None or (key.composite and any(v is None for v in value)):
+            raise UsageError(
+                f"record {position} has no value for the key {_key_label(key)}: "
+                "every record needs its primary key"
+            )
+        keys.append(value)
+        for name, item in record.items():
+            if name in key.fields:
+                first_seen.setdefault(name, len(first_seen))
+                continue
+            values = columns.get(name)
+            if values is None:
+                if item is None:
+                    continue
+                values = columns[name] = [None] * count
+                first_seen.setdefault(name, len(first_seen))
+            values[position] = item
+    _check_names(list(columns), key)
+    if codec is None:
+        if all(name in schema.names for name in key.fields):
+            codec = codec_for_types([schema.field(name).type for name in key.fields])
+        else:
+            codec = infer_key_codec(keys[0])
+    try:
+        key_array = codec.to_arrow(keys)
+    except UsageError as exc:
+        raise UsageError(f"key {_key_label(key)}: {exc}") from None
+
+    def key_of(position: int) -> Any:
+        return keys[position]
+
+    new_fields: list[pa.Field] = []
+    parts = key_array.flatten() if key.composite else [key_array]
+    for name, part in zip(key.fields, parts, strict=True):
+        if name in schema.names:
+            fit_column(name, part, schema.field(name).type, key_of)  # range checks only
+        else:
+            new_fields.append(pa.field(name, part.type))
+    stored: dict[str, tuple[pa.Field, Any]] = {}
+    for name, values in columns.items():
+        if name in schema.names:
+            target = schema.field(name)
+        elif new_free:
+            target = cbor_field(name)
+            new_fields.append(target)
+        else:
+            kind = infer_type(name, values, key_of)
+            if pa.types.is_null(kind):
+                continue
+            target = pa.field(name, kind)
+            new_fields.append(target)
+        if is_free(target):
+            array = cbor_array(name, values, lambda i: f"the record with key {keys[i]!r}")
+        else:
+            array = _typed_array(name, values, storage_type(target.type), key_of)
+        stored[name] = (_stored_field(target), array)
+    full = _extend(schema, sorted(new_fields, key=lambda f: first_seen.get(f.name, -1)))
+    if not partial:
+        _check_nullability(full, {n: a for n, (_, a) in stored.items()}, key, key_of)
+    return Conformed(_segment(key, key_array, codec, stored), full, codec)
+
+
+def _key_label(key: KeyLayout) -> str:
+    return repr(list(key.fields)) if key.composite else repr(key.fields[0])
+
+
+# -- reading ---------------------------------------------------------------------
+
+
+def _restore(column: Any, kind: pa.DataType) -> Any:
+    """A stored column as the schema's type (struct fields matched by position)."""
+    if column.type == kind:
+        return column
+    if isinstance(column, pa.ChunkedArray):
+        return pa.chunked_array([_restore(chunk, kind) for chunk in column.chunks], type=kind)
+    if pa.types.is_struct(kind) and pa.types.is_struct(column.type):
+        children = [_restore(column.field(i), kind.field(i).type) for i in range(kind.num_fields)]
+        return pa.StructArray.from_arrays(
+            children, fields=list(kind), mask=column.is_null() if column.null_count else None
+        )
+    return column.cast(kind)
+
+
+def _wanted(schema: pa.Schema, key: KeyLayout, fields: Sequence[str] | None) -> list[pa.Field]:
+    if fields is None:
+        return list(schema)
+    chosen = set(fields) | set(key.fields)
+    return [field for field in schema if field.name in chosen]
+
+
+def present(
+    raw: pa.Table,
+    schema: pa.Schema | None,
+    key: KeyLayout,
+    fields: Sequence[str] | None = None,
+) -> pa.Table:
+    """Segment rows as the user's table: the schema's fields, order and exact types."""
+    if schema is None or key.column not in raw.column_names:
+        return raw
+    count = raw.num_rows
+    key_column = raw.column(key.column)
+    parts = (
+        {name: pc.struct_field(key_column, [i]) for i, name in enumerate(key.fields)}
+        if key.composite
+        else {key.fields[0]: key_column}
+    )
+    arrays = []
+    chosen = _wanted(schema, key, fields)
+    for field in chosen:
+        name = field.name
+        if name in parts:
+            arrays.append(_restore(parts[name], field.type))
+        elif name in raw.column_names:
+            arrays.append(_restore(raw.column(name), field.type))
+        else:
+            arrays.append(pa.nulls(count, field.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(chosen))
+
+
+def present_records(
+    raw: pa.Table,
+    schema: pa.Schema | None,
+    key: KeyLayout,
+    codec: KeyCodec,
+    fields: Sequence[str] | None = None,
+) -> list[dict[str, Any]]:
+    """Segment rows as records: the key fields and every non-null field, in schema order."""
+    if schema is None:
+        return arrow_to_records(raw, key_field=key.column, codec=codec, fields=fields)
+    count = raw.num_rows
+    keys = codec.to_python(raw.column(key.column))
+    records: list[dict[str, Any]] = [{} for _ in range(count)]
+    for field in _wanted(schema, key, fields):
+        name = field.name
+        if name in key.fields:
+            index = key.fields.index(name)
+            values: list[Any] = [k[index] for k in keys] if key.composite else keys
+        elif name in raw.column_names:
+            column = _restore(raw.column(name), field.type)
+            utc = pa.types.is_timestamp(field.type) and field.type.tz in ("UTC", "+00:00")
+            if is_free(field) or utc:  # UTC times as datetime.UTC, as keys and CBOR give them
+                values = column_values(pa.table([column], schema=pa.schema([field])), name)
+            else:
+                values = column.to_pylist()
+        else:
+            continue
+        for record, value in zip(records, values, strict=True):
+            if value is not None:
+                record[name] = value
+    return records
+
+
+def schema_of_segments(
+    schema: pa.Schema | None, segments: Sequence[pa.Table], key: KeyLayout
+) -> pa.Schema:
+    """``schema`` extended by the fields of segments written elsewhere (``build_table``)."""
+    schema = schema if schema is not None else pa.schema([])
+    for segment in segments:
+        for field in segment.schema:
+            if field.name == key.column:
+                kinds = field.type.fields if key.composite else [field.with_name(key.fields[0])]
+                for name, kind in zip(key.fields, kinds, strict=True):
+                    if name not in schema.names:
+                        schema = schema.append(pa.field(name, kind.type))
+                continue
+            if field.name in schema.names:
+                known = schema.field(field.name)
+                if _stored_field(known).type != field.type:
+                    raise SchemaError(
+                        f"field {field.name!r} is {known.type} in the table, but a tablet "
+                        f"stores it as {field.type}"
+                    )
+                continue
+            schema = schema.append(
+                cbor_field(field.name) if is_cbor_field(field) else pa.field(field.name, field.type)
+            )
+    return schema

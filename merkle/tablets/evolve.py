@@ -1,0 +1,263 @@
+"""Schema evolution: the changes ``alter_schema`` makes, and the rules they follow.
+
+The rules, as Delta Lake users know them:
+
+- **add** a field: always nullable (existing records have no value); a
+  field of that name must not exist. Nothing is rewritten.
+- **make nullable**: a non-nullable field accepts nulls from now on.
+  Nothing is rewritten.
+- **widen** a field to a type that holds every value of the old one:
+  int8 -> int16 -> int32 -> int64 (and unsigned to a wider unsigned or
+  signed type), float16/float32 -> float64, int8/16/32 -> float64,
+  decimal(p, s) -> decimal(p', s) with p' > p, string -> large_string,
+  binary -> large_binary, date32 -> date64. Anything narrower is a
+  :class:`~merkle.errors.SchemaError`.
+- **rename** a field (not a key field) to a free name.
+- **drop** a field (not a key field).
+- **free** a field: it becomes schema-free (any value, CBOR); existing values
+  are kept exactly.
+
+Widen, rename, drop and free rewrite every tablet (one pass, like a change of
+families), so the stored columns always have the schema's storage types;
+add and make-nullable change only the table root.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from merkle.errors import SchemaError
+from merkle.tablets.conform import KeyLayout
+from merkle.tablets.schema import free_field, is_free, storage_type
+from merkle.tablets.segment import cbor_array, cbor_field, column_values
+
+__all__ = ["SchemaChange", "can_widen", "plan_change", "rewrite_rows"]
+
+
+@dataclass(frozen=True)
+class SchemaChange:
+    """One ``alter_schema`` call: every part optional, applied in the order of the fields below."""
+
+    add: tuple[pa.Field, ...] = ()
+    drop: tuple[str, ...] = ()
+    rename: Mapping[str, str] = field(default_factory=dict)
+    widen: Mapping[str, pa.DataType] = field(default_factory=dict)
+    nullable: tuple[str, ...] = ()
+    free: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        add: Any = None,
+        drop: Any = None,
+        rename: Any = None,
+        widen: Any = None,
+        nullable: Any = None,
+        free: Any = None,
+    ) -> SchemaChange:
+        """A change from ``alter_schema``'s arguments, checked for form."""
+        added = []
+        for item in _listed(add, "add"):
+            if isinstance(item, pa.Field):
+                added.append(item.with_nullable(True))
+            elif isinstance(item, tuple) and len(item) == 2:
+                added.append(pa.field(str(item[0]), _type(item[1], str(item[0]))))
+            else:
+                raise SchemaError(f"add takes pyarrow fields or (name, type) pairs, got {item!r}")
+        if isinstance(add, Mapping):
+            added = [pa.field(str(n), _type(t, str(n))) for n, t in add.items()]
+        renamed = dict(rename or {})
+        widened = {str(n): _type(t, str(n)) for n, t in dict(widen or {}).items()}
+        return cls(
+            tuple(added),
+            tuple(_names(drop, "drop")),
+            {str(a): str(b) for a, b in renamed.items()},
+            widened,
+            tuple(_names(nullable, "nullable")),
+            tuple(_names(free, "free")),
+        )
+
+    @property
+    def rewrites(self) -> bool:
+        """Whether stored columns change (widen, rename, drop, free)."""
+        return bool(self.drop or self.rename or self.widen or self.free)
+
+
+def _listed(value: Any, what: str) -> list[Any]:
+    if value is None:
+        return []
+    if isinstance(value, Mapping):
+        return []
+    if isinstance(value, str | pa.Field):
+        return [value]
+    return list(value)
+
+
+def _names(value: Any, what: str) -> list[str]:
+    names = _listed(value, what)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise SchemaError(f"{what} takes field names, got {name!r}")
+    return names
+
+
+def _type(kind: Any, name: str) -> pa.DataType:
+    if isinstance(kind, pa.DataType):
+        return kind
+    if isinstance(kind, str):
+        try:
+            return pa.type_for_alias(kind)
+        except (ValueError, KeyError):
+            pass
+    raise SchemaError(
+        f"the type for field {name!r} must be a pyarrow type (or alias), got {kind!r}"
+    )
+
+
+_SIGNED = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
+_UNSIGNED = [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
+
+
+def can_widen(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether every value of ``old`` is a value of ``new`` (see the module doc)."""
+    types = pa.types
+    if old == new:
+        return True
+    if types.is_integer(old) and types.is_integer(new):
+        if types.is_signed_integer(old):
+            return bool(types.is_signed_integer(new) and new.bit_width >= old.bit_width)
+        return bool(
+            new.bit_width > old.bit_width
+            or (types.is_unsigned_integer(new) and new.bit_width >= old.bit_width)
+        )
+    if types.is_integer(old) and new == pa.float64():
+        return bool(old.bit_width <= 32)
+    if types.is_floating(old) and types.is_floating(new):
+        return bool(new.bit_width >= old.bit_width)
+    if types.is_decimal(old) and types.is_decimal(new):
+        return bool(new.scale == old.scale and new.precision >= old.precision)
+    pairs = {
+        (pa.string(), pa.large_string()),
+        (pa.binary(), pa.large_binary()),
+        (pa.date32(), pa.date64()),
+    }
+    return (old, new) in pairs
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A checked change: the new schema, families and key, and how stored rows change."""
+
+    schema: pa.Schema
+    families: dict[str, tuple[str, ...]]
+    renamed: dict[str, str]  # stored column -> new name
+    dropped: frozenset[str]
+    retyped: dict[str, pa.DataType]  # new name -> storage type
+    freed: frozenset[str]  # new names
+    rewrite: bool
+
+
+def plan_change(
+    schema: pa.Schema | None,
+    key: KeyLayout,
+    families: Mapping[str, Sequence[str]],
+    change: SchemaChange,
+) -> Plan:
+    """The schema ``change`` makes of ``schema``; SchemaError for a change the rules forbid."""
+    fields = list(schema) if schema is not None else []
+
+    def index(name: str, what: str) -> int:
+        names = [f.name for f in fields]
+        if name not in names:
+            raise SchemaError(f"cannot {what} field {name!r}: the table has no such field")
+        return names.index(name)
+
+    def not_key(name: str, what: str) -> None:
+        if name in key.fields:
+            raise SchemaError(f"cannot {what} {name!r}: it is a key field")
+
+    for new in change.add:
+        if new.name in [f.name for f in fields]:
+            raise SchemaError(f"cannot add field {new.name!r}: the table has it already")
+        if key.composite and new.name == key.column:
+            raise SchemaError(f"{new.name!r} is reserved for the composite key")
+        fields.append(new)
+    dropped = set()
+    for name in change.drop:
+        not_key(name, "drop")
+        dropped.add(name)
+        del fields[index(name, "drop")]
+    renamed: dict[str, str] = {}
+    for old, new in change.rename.items():
+        not_key(old, "rename")
+        if new in [f.name for f in fields] or not new:
+            raise SchemaError(f"cannot rename {old!r} to {new!r}: that name is taken")
+        i = index(old, "rename")
+        fields[i] = fields[i].with_name(new)
+        renamed[old] = new
+    retyped: dict[str, pa.DataType] = {}
+    for name, kind in change.widen.items():
+        i = index(name, "widen")
+        old = fields[i]
+        if is_free(old) or not can_widen(old.type, kind):
+            raise SchemaError(
+                f"cannot widen field {name!r} from {old.type} to {kind}: not every value of "
+                f"the old type is a value of the new one (allowed: wider integers, "
+                f"float32 -> float64, int -> float64, decimal precision, large types)"
+            )
+        fields[i] = old.with_type(kind)
+        if name not in key.fields:
+            retyped[name] = storage_type(kind)
+    for name in change.nullable:
+        i = index(name, "make nullable")
+        not_key(name, "make nullable")
+        fields[i] = fields[i].with_nullable(True)
+    freed = set()
+    for name in change.free:
+        not_key(name, "make schema-free")
+        i = index(name, "make schema-free")
+        if not is_free(fields[i]):
+            fields[i] = free_field(name)
+            freed.add(name)
+    new_families = {
+        fam: tuple(renamed.get(m, m) for m in members if m not in dropped)
+        for fam, members in families.items()
+    }
+    return Plan(
+        pa.schema(fields),
+        {fam: members for fam, members in new_families.items() if members},
+        renamed,
+        frozenset(dropped),
+        retyped,
+        frozenset(freed),
+        change.rewrites,
+    )
+
+
+def rewrite_rows(rows: pa.Table, plan: Plan, key_column: str) -> pa.Table:
+    """Stored rows of one tablet changed by ``plan`` (columns still sorted by name)."""
+    columns: dict[str, tuple[pa.Field, Any]] = {}
+    for stored, column in zip(rows.schema, rows.columns, strict=True):
+        name = stored.name
+        if name == key_column:
+            continue
+        if name in plan.dropped:
+            continue
+        name = plan.renamed.get(name, name)
+        if name in plan.freed:
+            values = column_values(pa.table([column], schema=pa.schema([stored])), stored.name)
+            columns[name] = (cbor_field(name), cbor_array(name, values, lambda i: f"row {i}"))
+        elif name in plan.retyped:
+            kind = plan.retyped[name]
+            columns[name] = (pa.field(name, kind), column.cast(kind))
+        else:
+            columns[name] = (stored.with_name(name), column)
+    names = sorted(columns)
+    return pa.Table.from_arrays(
+        [rows.column(key_column), *(columns[n][1] for n in names)],
+        schema=pa.schema([rows.schema.field(key_column), *(columns[n][0] for n in names)]),
+    )

@@ -1,0 +1,296 @@
+"""Table schemas: which fields a table has, their Arrow types, and how a schema is stored.
+
+A table's schema is a ``pyarrow.Schema`` in the order the fields were first
+written (or declared): every Arrow type is kept exactly (integer widths,
+decimals, structs, lists, maps, dictionaries, fixed-size binary, timestamps
+with unit and zone name, dates, durations, large types). A field whose
+metadata says ``merkle.encoding: cbor`` is *schema-free*: it holds any value
+the record model can carry, stored as CBOR (see ``doc/format.md``). That is
+a per-field choice (:func:`free_field`), never the result of one odd value.
+
+This module knows types and names only; how values are checked against a
+schema is :mod:`merkle.tablets.conform`, how a schema may change is
+:mod:`merkle.tablets.evolve`. None of it depends on how rows are cut into
+tablets or segments.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from merkle.errors import IntegrityError, SchemaError
+from merkle.tablets.segment import cbor_field, is_cbor_field
+
+__all__ = [
+    "check_schema",
+    "composite_column",
+    "decode_schema",
+    "encode_schema",
+    "free_field",
+    "infer_type",
+    "is_free",
+    "key_schema_fields",
+    "show_value",
+    "storage_type",
+    "type_family",
+]
+
+
+def free_field(name: str) -> pa.Field:
+    """A schema-free field: any record value, stored as CBOR, read back exactly as written."""
+    return cbor_field(name)
+
+
+def is_free(field: pa.Field) -> bool:
+    """Whether ``field`` is schema-free (its values are CBOR-encoded)."""
+    return is_cbor_field(field)
+
+
+def composite_column(names: Sequence[str]) -> str:
+    """The name of the segment column that holds a composite key ``names`` as one struct.
+
+    Segments keep one key column (``doc/format.md``, "Segments"); a key of
+    several fields is stored as a struct of them under this name, which a user
+    field may not take.
+    """
+    return "(" + ",".join(names) + ")"
+
+
+# -- storage ---------------------------------------------------------------------
+
+
+def storage_type(kind: pa.DataType) -> pa.DataType:
+    """The type a field's values have inside segments: ``kind`` without dictionary encoding.
+
+    Dictionaries are decoded for storage (rows of one field are concatenated,
+    sorted and merged across writes, and one dictionary per segment would
+    have to be unified every time); a read casts them back to ``kind``. Every
+    other type is stored as it is.
+    """
+    types = pa.types
+    if types.is_dictionary(kind):
+        return storage_type(kind.value_type)
+    if types.is_struct(kind):
+        return pa.struct([_storage_field(kind.field(i)) for i in range(kind.num_fields)])
+    if types.is_map(kind):
+        return pa.map_(
+            _storage_field(kind.key_field), _storage_field(kind.item_field), kind.keys_sorted
+        )
+    if types.is_large_list(kind):
+        return pa.large_list(_storage_field(kind.value_field))
+    if types.is_fixed_size_list(kind):
+        return pa.list_(_storage_field(kind.value_field), kind.list_size)
+    if types.is_list(kind):
+        return pa.list_(_storage_field(kind.value_field))
+    return kind
+
+
+def _storage_field(field: pa.Field) -> pa.Field:
+    return field.with_type(storage_type(field.type))
+
+
+# -- the stored form -------------------------------------------------------------
+
+
+def encode_schema(schema: pa.Schema) -> bytes:
+    """The bytes a table root keeps: an Arrow IPC schema message (schema metadata dropped).
+
+    Any Arrow implementation reads it (``pyarrow.ipc.read_schema``); field
+    metadata, such as the schema-free marker, is part of it.
+    """
+    return bytes(schema.remove_metadata().serialize().to_pybytes())
+
+
+def decode_schema(data: bytes, where: object = None) -> pa.Schema:
+    """The schema of :func:`encode_schema` bytes; IntegrityError when they are not one."""
+    try:
+        return pa.ipc.read_schema(pa.py_buffer(bytes(data)))
+    except (pa.ArrowException, OSError, ValueError, TypeError) as exc:
+        raise IntegrityError(f"table root {where} holds a malformed schema: {exc}") from None
+
+
+def check_schema(schema: Any, key: str | Sequence[str] = ()) -> pa.Schema | None:
+    """A declared schema (a ``pyarrow.Schema``, or a list of ``pyarrow.Field``), checked.
+
+    Field names must be non-empty and unique and include the ``key`` fields;
+    schema metadata is dropped.
+    """
+    if schema is None:
+        return None
+    if not isinstance(schema, pa.Schema):
+        try:
+            schema = pa.schema(schema)
+        except (TypeError, ValueError, pa.ArrowException) as exc:
+            raise SchemaError(
+                f"schema must be a pyarrow.Schema (or a list of pyarrow fields), got "
+                f"{type(schema).__name__}: {exc}"
+            ) from None
+    names = schema.names
+    for name in names:
+        if not name:
+            raise SchemaError("a schema field needs a non-empty name")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise SchemaError(f"the schema names fields {repeated} more than once")
+    key_schema_fields(schema, [key] if isinstance(key, str) else list(key))
+    return schema.remove_metadata()
+
+
+def with_free_fields(
+    schema: pa.Schema | None, free: bool | Sequence[str]
+) -> tuple[pa.Schema | None, bool]:
+    """A declared schema with ``free`` fields made schema-free, and the table-wide choice.
+
+    ``free`` is True (every field not in ``schema`` is schema-free), False, or
+    field names (declared schema-free; appended when ``schema`` lacks them).
+    """
+    if isinstance(free, bool):
+        return schema, free
+    if isinstance(free, str) or not isinstance(free, Iterable):
+        raise SchemaError(f"schema_free must be True, False or a list of field names, got {free!r}")
+    fields = list(schema) if schema is not None else []
+    names = [f.name for f in fields]
+    for name in free:
+        if not isinstance(name, str) or not name:
+            raise SchemaError(f"schema_free names fields; {name!r} is not a field name")
+        if name in names:
+            fields[names.index(name)] = free_field(name)
+        else:
+            fields.append(free_field(name))
+            names.append(name)
+    return pa.schema(fields), False
+
+
+def key_schema_fields(schema: pa.Schema, names: Sequence[str]) -> list[pa.Field]:
+    """The schema's fields of the key ``names``, in key order (SchemaError for a missing one)."""
+    missing = [name for name in names if name not in schema.names]
+    if missing:
+        raise SchemaError(
+            f"the schema has no field {missing[0]!r} of the key {list(names)}: "
+            "declare every key field in the schema"
+        )
+    return [schema.field(name) for name in names]
+
+
+# -- families of types -----------------------------------------------------------
+
+
+def type_family(kind: pa.DataType) -> str:
+    """The family of a type: values convert exactly only within one family.
+
+    Integers, floats and decimals are ``number``; string types ``string``;
+    binary types ``binary``; and so on. A string never becomes a number
+    (``"12"`` into an int field is a SchemaError, not 12).
+    """
+    types = pa.types
+    checks: list[tuple[Callable[[pa.DataType], bool], str]] = [
+        (types.is_dictionary, ""),
+        (types.is_boolean, "bool"),
+        (lambda k: types.is_integer(k) or types.is_floating(k) or types.is_decimal(k), "number"),
+        (
+            lambda k: types.is_string(k) or types.is_large_string(k) or str(k) == "string_view",
+            "string",
+        ),
+        (
+            lambda k: (
+                types.is_binary(k)
+                or types.is_large_binary(k)
+                or types.is_fixed_size_binary(k)
+                or str(k) == "binary_view"
+            ),
+            "binary",
+        ),
+        (types.is_timestamp, "timestamp"),
+        (types.is_date, "date"),
+        (types.is_time, "time"),
+        (types.is_duration, "duration"),
+        (types.is_struct, "struct"),
+        (types.is_map, "map"),
+        (
+            lambda k: types.is_list(k) or types.is_large_list(k) or types.is_fixed_size_list(k),
+            "list",
+        ),
+        (types.is_null, "null"),
+    ]
+    for check, family in checks:
+        if check(kind):
+            return type_family(kind.value_type) if family == "" else family
+    return str(kind)
+
+
+# -- inference from Python values ------------------------------------------------
+
+_KINDS: list[tuple[type | tuple[type, ...], str]] = [
+    (bool, "bool"),
+    ((int, float), "number"),
+    (str, "str"),
+    ((bytes, bytearray, memoryview), "bytes"),
+    (datetime.datetime, "datetime"),
+    (datetime.date, "date"),
+    (datetime.time, "time"),
+    (datetime.timedelta, "timedelta"),
+    (decimal.Decimal, "decimal"),
+    (uuid.UUID, "uuid"),
+    (dict, "dict"),
+    ((list, tuple, set, frozenset), "list"),
+]
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, datetime.datetime):
+        return "aware datetime" if value.utcoffset() is not None else "naive datetime"
+    for types, kind in _KINDS:
+        if isinstance(value, types):
+            return kind
+    return type(value).__name__
+
+
+def show_value(value: Any) -> str:
+    """A short repr of a value for an error message."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def infer_type(name: str, values: Iterable[Any], key_of: Callable[[int], Any]) -> pa.DataType:
+    """The Arrow type of a new field from its first values (None entries are absent).
+
+    pyarrow's inference, after a check that the values are of one kind: ints
+    with floats are numbers (float64), but ``1`` with ``"a"``, a naive with an
+    aware datetime, or bytes with str, is a SchemaError naming the field, the
+    keys and values that disagree, and what to do (declare the field
+    schema-free, or write one type). ``key_of(i)`` is the key of row ``i``.
+    """
+    present = [(i, v) for i, v in enumerate(values) if v is not None]
+    if not present:
+        return pa.null()
+    first_kind: dict[str, tuple[int, Any]] = {}
+    for i, value in present:
+        first_kind.setdefault(_kind(value), (i, value))
+    if len(first_kind) > 1:
+        (k1, (i1, v1)), (k2, (i2, v2)) = list(first_kind.items())[:2]
+        raise SchemaError(
+            f"field {name!r} holds values of different kinds: {k1} {show_value(v1)} "
+            f"(key {show_value(key_of(i1))}) and {k2} {show_value(v2)} "
+            f"(key {show_value(key_of(i2))}): write one type, or declare the field "
+            f"schema-free (create_table(schema=...) with merkle.free_field({name!r}), "
+            f"or alter_schema(table, free=[{name!r}]))"
+        )
+    try:
+        kind = pa.array([v.item() if isinstance(v, np.generic) else v for _, v in present]).type
+    except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+        i, value = present[0]
+        raise SchemaError(
+            f"field {name!r} has no Arrow type for its values (key {show_value(key_of(i))}, "
+            f"value {show_value(value)}: {exc}): declare the field's type in the schema, "
+            f"or declare it schema-free (merkle.free_field({name!r}))"
+        ) from None
+    return kind

@@ -1,0 +1,84 @@
+"""Checks of a table's settings (families, limits) and small helpers of its key order."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from merkle.errors import UsageError
+from merkle.tablets.keys import KeyCodec
+from merkle.tablets.nodes import BASE, Limits
+
+__all__ = ["check_families", "check_limits", "key_successor", "unreversed"]
+
+
+def key_successor(prefix: bytes) -> bytes | None:
+    """The least bytes above every string that starts with ``prefix`` (None: there is none)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def unreversed(codec: KeyCodec) -> KeyCodec:
+    while hasattr(codec, "inner"):
+        codec = codec.inner
+    return codec
+
+
+def check_families(
+    families: Mapping[str, Any] | None, key_field: str
+) -> dict[str, tuple[str, ...]]:
+    """Validate ``{family: fields}``; a field belongs to one family; never the key or ``base``."""
+    if families is None:
+        return {}
+    if not isinstance(families, Mapping):
+        raise UsageError(f"families must be a mapping of name -> field names, got {families!r}")
+    seen: dict[str, str] = {}
+    out: dict[str, tuple[str, ...]] = {}
+    for name, fields in families.items():
+        if not isinstance(name, str) or not name or name == BASE:
+            raise UsageError(
+                f"family name {name!r} is invalid: use a non-empty name other than 'base'"
+            )
+        if isinstance(fields, str) or not hasattr(fields, "__iter__"):
+            raise UsageError(f"family {name!r} must list field names, got {fields!r}")
+        members = sorted(set(fields))
+        for field in members:
+            if not isinstance(field, str) or not field:
+                raise UsageError(f"family {name!r} holds an invalid field name {field!r}")
+            if field == key_field:
+                raise UsageError(f"the key field {key_field!r} cannot belong to family {name!r}")
+            if field in seen:
+                raise UsageError(
+                    f"field {field!r} is in two families: {seen[field]!r} and {name!r}"
+                )
+            seen[field] = name
+        out[name] = tuple(members)
+    return out
+
+
+def check_limits(
+    tablet_size: int | None = None,
+    branching: int | None = None,
+    patch: int | None = None,
+    patch_share: int | None = None,
+) -> Limits:
+    """Limits with defaults filled in; UsageError for values that cannot work."""
+    default = Limits()
+    values = {
+        "tablet_size_limit": (tablet_size, default.tablet_size, 1),
+        "branching_factor": (branching, default.branching, 3),
+        "patch_limit": (patch, default.patch, 0),
+        "patch_share": (patch_share, default.patch_share, 0),
+    }
+    chosen = []
+    for name, (value, fallback, least) in values.items():
+        if value is None:
+            value = fallback
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise UsageError(f"{name} must be an integer >= {least}, got {value!r}")
+        if name == "patch_share" and value > 1000:
+            raise UsageError(f"patch_share is a percentage of the table, at most 1000, got {value}")
+        chosen.append(value)
+    return Limits(*chosen)

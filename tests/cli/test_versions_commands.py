@@ -1,0 +1,86 @@
+"""The version commands: diff, merge, tag, push, pull, export, import, and `db log` counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import merkle
+
+from .helpers import Run
+
+
+def _setup(run: Run, tmp_path: Path) -> None:
+    (tmp_path / "a.csv").write_text("id,v\n1,a\n2,b\n3,c\n")
+    (tmp_path / "b.csv").write_text("id,v\n1,z\n4,d\n")
+    run.ok("db", "create", "shop")
+    run.ok("load", "shop", "t", str(tmp_path / "a.csv"), "--key", "id")
+    run.ok("load", "shop", "t", str(tmp_path / "b.csv"), "--key", "id")
+
+
+def _jsonl(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_diff_prints_changed_records_and_counts(run: Run, tmp_path: Path) -> None:
+    _setup(run, tmp_path)
+    rows = _jsonl(run.ok("diff", "shop", "-f", "jsonl").stdout)
+    assert [(r["key"], r["change"]) for r in rows] == [(1, "update"), (4, "insert")]
+    assert rows[0]["old"] == {"id": 1, "v": "a"}
+    assert rows[0]["new"] == {"id": 1, "v": "z"}
+    stat = _jsonl(run.ok("diff", "shop", "0", "2", "--stat", "-f", "jsonl").stdout)
+    assert stat == [{"table": "t", "inserted": 4, "updated": 0, "deleted": 0, "status": "created"}]
+    assert "no version 9" in run.fails("diff", "shop", "9")
+
+
+def test_log_counts_the_changes_of_each_version(run: Run, tmp_path: Path) -> None:
+    _setup(run, tmp_path)
+    rows = _jsonl(run.ok("db", "log", "shop", "-f", "jsonl").stdout)
+    assert [r["changes"] for r in rows] == ["+1 ~1 -0", "+3 ~0 -0", "+0 ~0 -0"]
+    quiet = _jsonl(run.ok("db", "log", "shop", "--no-counts", "-f", "jsonl").stdout)
+    assert all(r["changes"] is None for r in quiet)
+
+
+def test_merge_conflict_fails_then_resolves(
+    run: Run, tmp_path: Path, conn: merkle.Connection
+) -> None:
+    _setup(run, tmp_path)
+    run.ok("db", "clone", "shop", "dev")
+    (tmp_path / "c.csv").write_text("id,v\n1,dev\n")
+    (tmp_path / "d.csv").write_text("id,v\n1,main\n")
+    run.ok("load", "dev", "t", str(tmp_path / "c.csv"), "--key", "id")
+    run.ok("load", "shop", "t", str(tmp_path / "d.csv"), "--key", "id")
+    line = run.fails("merge", "dev", "shop")
+    assert "conflicts (t: 1 keys)" in line
+    assert (
+        "merged 'dev' into 'shop'" in run.ok("merge", "dev", "shop", "--resolve", "theirs").stdout
+    )
+    assert conn.open_db("shop").get_records("t", [1]) == {1: {"id": 1, "v": "dev"}}
+    assert conn.history("shop")[0].merged_from == {"db": "dev", "version": 1}
+
+
+def test_tags(run: Run, tmp_path: Path) -> None:
+    _setup(run, tmp_path)
+    run.ok("tag", "shop", "v1", "--version", "1", "-m", "first load")
+    assert "already names version 1" in run.fails("tag", "shop", "v1")
+    tags = _jsonl(run.ok("tag", "list", "shop", "-f", "jsonl").stdout)
+    assert [(t["name"], t["version"], t["message"]) for t in tags] == [("v1", 1, "first load")]
+    assert "deleted tag 'v1'" in run.ok("tag", "delete", "shop", "v1").stdout
+    assert "has no tag" in run.fails("tag", "delete", "shop", "v1")
+    assert run("tag", "shop").exit_code == 2
+
+
+def test_push_pull_export_import(run: Run, tmp_path: Path, conn: merkle.Connection) -> None:
+    _setup(run, tmp_path)
+    other = (tmp_path / "other").as_uri()
+    assert "sent 3 version(s)" in run.ok("push", "shop", "--to", other).stdout
+    assert "up to date" in run.ok("push", "shop", "--to", other).stdout
+    run.ok("pull", other, "shop", "--as", "back")
+    assert conn.open_db("back").root == conn.open_db("shop").root
+    car = tmp_path / "shop.car"
+    assert "exported 'shop'" in run.ok("export", "shop", str(car), "--version", "1").stdout
+    run.ok("import", str(car), "--db", "copy")
+    assert conn.open_db("copy").root == conn.open_db("shop", version=1).root
+    car.write_bytes(car.read_bytes()[:-5])
+    assert "truncated" in run.fails("import", str(car), "--db", "copy2")
+    assert "copy2" not in conn.list_dbs()

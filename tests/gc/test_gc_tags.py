@@ -1,0 +1,75 @@
+"""Tags and garbage collection: a tagged version is never trimmed and never collected."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from conftest import Lake
+
+import merkle
+from merkle.errors import NotFoundError
+from merkle.gc import load_reports
+
+
+@pytest.fixture
+def conn(lake: Lake) -> Iterator[merkle.Connection]:
+    with merkle.connect(lake.uri, **lake.options) as opened:
+        yield opened
+
+
+def _versions(conn: merkle.Connection) -> merkle.Database:
+    db = conn.create_db("shop").create_table("t", key="k", tablet_size_limit=4)
+    for i in range(6):
+        db = db.write("t", [{"k": j, "v": i} for j in range(i * 3, i * 3 + 6)]).compact().commit()
+    return db
+
+
+def test_gc_with_keep_versions_1_keeps_a_tagged_version_readable_and_reports_it(
+    conn: merkle.Connection,
+) -> None:
+    _versions(conn)
+    tagged = conn.open_db("shop", version=3)
+    expected = list(tagged.scan("t"))
+    conn.tag("shop", "release-1", version=3)
+    report = merkle.gc(conn, keep_versions=1, grace="0s")
+    assert report.blocks_freed > 0  # the untagged old versions went
+    assert report.tags == [{"db": "shop", "tag": "release-1", "version": 3, "root": tagged.root}]
+    assert "kept by tags: shop v3 (release-1)" in report.summary()
+    assert list(conn.open_db("shop", tag="release-1").scan("t")) == expected
+    assert list(conn.open_db("shop", version=3).scan("t")) == expected
+    with pytest.raises(NotFoundError, match="removed by retention"):
+        conn.open_db("shop", version=2)
+    assert merkle.verify(conn).ok
+    # Again: the tag still holds, whatever the retention.
+    merkle.gc(conn, keep_versions=1, grace="0s")
+    assert list(conn.open_db("shop", version=3).scan("t")) == expected
+    stored = load_reports(conn.store)[-1]
+    assert [(t["tag"], t["version"]) for t in stored["tags"]] == [("release-1", 3)]
+
+
+def test_deleting_the_tag_lets_the_next_gc_remove_the_version(conn: merkle.Connection) -> None:
+    db = _versions(conn)
+    conn.tag("shop", "old", version=1)
+    merkle.gc(conn, keep_versions=1, grace="0s")
+    assert conn.open_db("shop", version=1).version == 1
+    conn.delete_tag("shop", "old")
+    with pytest.raises(NotFoundError, match="removed by retention"):
+        conn.open_db("shop", version=1)
+    report = merkle.gc(conn, keep_versions=1, grace="0s")
+    assert report.blocks_freed > 0
+    assert report.tags == []
+    assert list(conn.open_db("shop").scan("t")) == list(db.scan("t"))
+    assert merkle.verify(conn).ok
+
+
+def test_a_tag_keeps_a_dropped_database_version(conn: merkle.Connection) -> None:
+    _versions(conn)
+    conn.tag("shop", "keep", version=5)
+    expected = list(conn.open_db("shop", version=5).scan("t"))
+    conn.drop_db("shop")
+    merkle.gc(conn, keep_versions=1, grace="0s")
+    assert list(conn.open_db("shop", tag="keep").scan("t")) == expected
+    report = merkle.verify(conn)
+    assert report.ok
+    assert report.unreachable_blocks == 0  # what the tag keeps is reachable, not garbage
