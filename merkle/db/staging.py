@@ -130,6 +130,10 @@ class StagedBlocks(BlockStore):
             self.base.put_hashed(blocks, refresh_before=refresh_before)
         if foreign:
             lost = missing_below(self.base, foreign)
+            if lost is None:
+                # Found, not written: another process's write may be visible before it
+                # is durable (a file store before its directory flush).
+                self.base.store.make_durable(self.base.key(cid) for cid in foreign)
             if lost is not None:
                 raise NotFoundError(
                     f"block {lost} is missing from {self.base.store.uri}: this transaction "

@@ -371,6 +371,12 @@ def _collect(
     report.freed.extend(str(cid) for cid, _ in deleted)
     run.phase("sweep")
     leases.reap_expired()
+    lock.ensure_held()
+    temporaries, temporary_bytes = conn.store.remove_stale_temporaries(
+        timing.now() - run.policy.grace.total_seconds()
+    )
+    report.temporaries_removed = temporaries
+    report.temporary_bytes_removed = temporary_bytes
     run.phase("cleanup")
 
 

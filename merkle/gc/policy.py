@@ -12,6 +12,7 @@ block must be before it may be deleted.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -19,7 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
-from merkle.errors import NotFoundError, UsageError
+from merkle.errors import IntegrityError, NotFoundError, UsageError
 from merkle.refs import check_db_name
 from merkle.storage.base import ObjectStore
 
@@ -107,12 +108,17 @@ class Retention:
         return {"keep_versions": self.keep_versions, "keep_within_seconds": within}
 
     @classmethod
-    def from_node(cls, node: Mapping[str, Any]) -> Retention:
+    def from_node(cls, node: Any) -> Retention:
+        if not isinstance(node, Mapping):
+            raise IntegrityError(f"a retention in {POLICY_KEY!r} is {node!r}, not a map")
         within = node.get("keep_within_seconds")
-        return cls(
-            node.get("keep_versions"),
-            timedelta(seconds=within) if within is not None else None,
-        )
+        versions = node.get("keep_versions")
+        if within is not None and (not _number(within) or within < 0):
+            raise IntegrityError(f"{POLICY_KEY!r} holds keep_within_seconds {within!r}")
+        try:
+            return cls(versions, timedelta(seconds=within) if within is not None else None)
+        except (UsageError, OverflowError) as exc:
+            raise IntegrityError(f"{POLICY_KEY!r} holds a bad retention: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -152,11 +158,24 @@ class Policy:
     @classmethod
     def from_node(cls, node: Any) -> Policy:
         node = check_node(node, POLICY_TYPE, where=POLICY_KEY)
-        return cls(
-            Retention.from_node(node["default"]),
-            {name: Retention.from_node(r) for name, r in node["databases"].items()},
-            timedelta(seconds=node["grace_seconds"]),
-        )
+        databases = node.get("databases")
+        grace = node.get("grace_seconds")
+        if not isinstance(databases, Mapping) or not all(isinstance(n, str) for n in databases):
+            raise IntegrityError(f"{POLICY_KEY!r} holds databases {databases!r}, not a map")
+        if not _number(grace) or grace < 0:
+            raise IntegrityError(f"{POLICY_KEY!r} holds grace_seconds {grace!r}")
+        try:
+            return cls(
+                Retention.from_node(node.get("default")),
+                {name: Retention.from_node(r) for name, r in databases.items()},
+                timedelta(seconds=grace),
+            )
+        except OverflowError:
+            raise IntegrityError(f"{POLICY_KEY!r} holds a duration out of range") from None
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def load_policy(store: ObjectStore) -> Policy:

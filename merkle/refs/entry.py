@@ -175,8 +175,17 @@ def to_micros(when: datetime) -> int:
 
 
 def from_micros(micros: int) -> datetime:
-    """The tz-aware UTC datetime of ``micros`` microseconds since the epoch."""
-    return _EPOCH + timedelta(microseconds=micros)
+    """The tz-aware UTC datetime of ``micros`` microseconds since the epoch.
+
+    A time outside what a datetime holds (years 1-9999) is an
+    :class:`IntegrityError`: no clock wrote it.
+    """
+    try:
+        return _EPOCH + timedelta(microseconds=micros)
+    except OverflowError:
+        raise IntegrityError(
+            f"time {micros} (microseconds since the epoch) is out of range"
+        ) from None
 
 
 # -- encoding --------------------------------------------------------------------
@@ -286,8 +295,12 @@ def decode_slot(data: bytes, key: str, db: str, version: int | None) -> JournalE
     if found < 0 or (version is not None and found != version):
         raise fields.fail(f"it holds version {found}, but its key names version {version}")
     micros = fields.get("time", int)
+    try:
+        when = from_micros(micros)
+    except IntegrityError as exc:
+        raise fields.fail(str(exc)) from None
     if kind == TRIMMED_TYPE:
-        return TrimmedEntry(db, found, from_micros(micros))
+        return TrimmedEntry(db, found, when)
     root = fields.get("root", CID, optional=True)
     parent = fields.get("parent", int, optional=True)
     if (found == 0) != (parent is None) or (parent is not None and parent != found - 1):
@@ -305,7 +318,7 @@ def decode_slot(data: bytes, key: str, db: str, version: int | None) -> JournalE
         version=found,
         root=None if root is None else str(root),
         parent=parent,
-        time=from_micros(micros),
+        time=when,
         author=fields.get("author", str, optional=True),
         message=fields.get("message", str, optional=True),
         meta=fields.get("meta", dict),

@@ -271,18 +271,22 @@ class RefManager(JournalReader):
         raise JournalConflictError(db, expected, head.version, detail)
 
     def _create(self, db: str, version: int, root: str | None, key: str, data: bytes) -> bool:
-        """Create the entry; True if this call wrote it, False if another writer had."""
+        """Create the entry; True if this call wrote it (durably), False if another writer had."""
         try:
             return self.store.put_if_absent(key, data)
         except StorageError as exc:
             if exc.definite:
                 raise
             cause: BaseException = exc
-        # The outcome is unknown. If the slot now holds our exact bytes, we won;
-        # if it holds other bytes, we lost for good (ours can never land on an
+        # The outcome is unknown. If the slot now holds our exact bytes, we won, but
+        # it may not be durable yet (a file store whose directory flush failed): flush
+        # it now. If it holds other bytes, we lost for good (ours can never land on an
         # occupied slot). If it is empty, our request may still arrive.
         try:
-            return self.store.get(key) == data
+            ours = self.store.get(key) == data
+            if ours:
+                self.store.make_durable([key])
+            return ours
         except (NotFoundError, StorageError):
             raise JournalIndeterminateError(db, version, root, cause) from cause
 

@@ -9,10 +9,12 @@ used to leave a tombstone each, forever (2,000 commits with
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from conftest import Lake
@@ -123,3 +125,20 @@ def test_tombstones_of_older_versions_are_removed_by_the_next_trim(lake: Lake) -
         merkle.gc(conn, keep_versions=2, grace="0s")
         assert len(journal_objects(conn)) <= 4
         assert [e.version for e in conn.history("shop")] == [head.version, head.version - 1]
+
+
+def test_gc_removes_temporary_files_older_than_the_grace_period(tmp_path: Path) -> None:
+    """Writers killed during a block flush leave ``.tmp-*`` files (issue 9, item 8)."""
+    lake = tmp_path / "lake"
+    with merkle.connect(lake.as_uri()) as conn:
+        commits(conn, 2)
+        blocks = lake / "blocks"
+        old, young = blocks / f".tmp-{'a' * 32}", blocks / f".tmp-{'b' * 32}"
+        old.write_bytes(b"x" * 100)
+        young.write_bytes(b"y" * 10)
+        os.utime(old, (time.time() - 7200, time.time() - 7200))
+        report = merkle.gc(conn)  # the default grace: one hour
+        assert (report.temporaries_removed, report.temporary_bytes_removed) == (1, 100)
+        assert not old.exists()
+        assert young.exists(), "a writer may still be about to rename it"
+        assert "removed 1 leftover temporary file" in report.summary()

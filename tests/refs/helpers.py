@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import SplitResult
@@ -117,3 +117,7 @@ class FaultyStore(ObjectStore):
 
     def delete(self, key: str) -> None:
         self._run("delete", lambda: self.inner.delete(key), key)
+
+    def make_durable(self, keys: Iterable[str]) -> None:
+        listed = builtins.list(keys)
+        self._run("make_durable", lambda: self.inner.make_durable(listed), listed[0])

@@ -70,6 +70,21 @@ def test_an_unknown_outcome_resolved_by_reading_back(faulty: FaultyStore) -> Non
     assert RefManager(faulty.inner).head("shop") == entry
 
 
+def test_a_commit_seen_but_not_yet_durable_is_made_durable_or_indeterminate(
+    faulty: FaultyStore,
+) -> None:
+    """A file store whose directory flush failed after the link: the entry is visible
+    but may not survive a crash, so it is flushed again before the commit returns."""
+    refs = setup_db(faulty)
+    faulty.fail("put_if_absent", applied=True)
+    assert refs.commit("shop", 0, root(1)).version == 1
+    assert faulty.calls["make_durable"] == 1
+    faulty.fail("put_if_absent", applied=True)
+    faulty.fail("make_durable")
+    with pytest.raises(JournalIndeterminateError):
+        refs.commit("shop", 1, root(2))
+
+
 def test_an_unknown_outcome_where_another_writer_won(faulty: FaultyStore) -> None:
     refs = setup_db(faulty)
     RefManager(faulty.inner).commit("shop", 0, root("other"))

@@ -38,11 +38,6 @@ def temp_files(root: Path) -> list[str]:
     return [name for _, _, names in os.walk(root) for name in names if name.startswith(".tmp-")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 9 item 8: gc does not yet call ObjectStore.remove_stale_temporaries "
-    "(the lead wires it into gc and its report)",
-)
 def test_gc_removes_the_temporary_files_of_a_killed_writer(tmp_path: Path) -> None:
     lake = tmp_path / "lake"
     with Connection(open_store(lake)) as conn:

@@ -374,14 +374,7 @@ ENTRY_OUT_OF_RANGE = encode_node(
     }
 )
 
-REFS_TIME_XFAIL = pytest.mark.xfail(
-    strict=True,
-    reason="issue 9: a journal entry or HEAD hint whose time is outside datetime's range "
-    "raises OverflowError from refs/entry.py from_micros, not IntegrityError",
-)
 
-
-@REFS_TIME_XFAIL
 @FUZZ
 @given(raw=damaged_objects("journal entry"))
 @example(raw=ENTRY_OUT_OF_RANGE)
@@ -393,7 +386,6 @@ def test_journal_entries_from_damaged_bytes(raw: bytes) -> None:
 MARKERS = st.one_of(st.binary(max_size=12), st.integers(-5, 10**20).map(lambda n: str(n).encode()))
 
 
-@REFS_TIME_XFAIL
 @FUZZ
 @given(hint=damaged_objects("journal entry"), marker=MARKERS)
 @example(hint=ENTRY_OUT_OF_RANGE, marker=b"0")
@@ -449,11 +441,6 @@ def _store_with(key: str, raw: bytes) -> Any:
     return store
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 9: a damaged gc/policy raises KeyError, AttributeError or TypeError from "
-    "gc/policy.py Policy.from_node (fields read unchecked), not IntegrityError",
-)
 @FUZZ
 @given(raw=damaged_objects("policy"))
 @example(raw=encode_node({"type": "merkle/gc-policy", "v": 1}))
