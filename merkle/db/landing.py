@@ -10,6 +10,7 @@ blocks again (only missing ones are written).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 from merkle.refs import JournalEntry, WriterTicket
@@ -25,6 +26,8 @@ def land(
     db: str,
     write_blocks: Callable[[WriterTicket, bool], None],
     put_entry: Callable[[], JournalEntry],
+    *,
+    ticket: WriterTicket | None = None,
 ) -> JournalEntry:
     """Write the blocks, then the entry, under a writer lease; the entry put.
 
@@ -32,12 +35,16 @@ def land(
     (``first`` is False on the re-write after a raced collection, which must
     not trust anything it saw before). ``put_entry`` raises
     ``JournalConflictError`` when the journal moved; nothing is retried here.
+    ``ticket``: a writer lease the caller already holds (a bulk job's, under
+    which its tasks wrote blocks the entry names), used instead of the
+    connection's own.
     """
-    with conn.writer_lease(db) as ticket:
-        write_blocks(ticket, True)
-        conn.leases.ensure_valid(ticket.lease)
+    held = nullcontext(ticket) if ticket is not None else conn.writer_lease(db)
+    with held as using:
+        write_blocks(using, True)
+        conn.leases.ensure_valid(using.lease)
         entry = put_entry()
-        raced = conn._settle(ticket, entry)
+        raced = conn._settle(using, entry)
     if raced:  # a collection may have removed blocks it could not see we need
         with conn.writer_lease(db) as again:
             write_blocks(again, False)

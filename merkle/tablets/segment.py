@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from merkle.errors import IntegrityError, UsageError
 from merkle.tablets.keys import KeyCodec
+from merkle.tablets.segschema import decode_segment_schema, schema_message_size
 
 __all__ = [
     "BASE_FAMILY",
@@ -40,6 +41,7 @@ __all__ = [
     "SEGMENT_COMPRESSION_LEVEL",
     "arrow_to_records",
     "cbor_array",
+    "cbor_column",
     "cbor_field",
     "column_values",
     "concat_segments",
@@ -51,6 +53,7 @@ __all__ = [
     "project",
     "records_to_arrow",
     "split_families",
+    "values_column",
 ]
 
 #: Name of the family that holds the key column and every field in no family.
@@ -242,6 +245,22 @@ def _record_with_key(keys: list[Any]) -> _RowName:
 
 def _row_number(position: int) -> str:
     return f"row {position}"
+
+
+def values_column(name: str, values: list[Any]) -> tuple[pa.Field, pa.Array]:
+    """A column of Python values (None for null): native Arrow where exact, CBOR otherwise.
+
+    The rule of :func:`records_to_arrow` for one field; UsageError naming the
+    field and row for a value CBOR cannot carry.
+    """
+    _check_name(name, "a field name")
+    field, array = _column_from_values(name, values, _row_number)
+    return field, array
+
+
+def cbor_column(table: pa.Table, name: str) -> pa.Array:
+    """Column ``name`` of a segment table with every value CBOR-encoded (nulls stay null)."""
+    return _cbor_array(name, column_values(table, name), _row_number)
 
 
 def _column_from_values(name: str, values: list[Any], row: _RowName) -> tuple[pa.Field, Any]:
@@ -530,10 +549,12 @@ def encode_segment(table: pa.Table, *, compression: Any = SEGMENT_CODEC) -> byte
     return bytes(sink.getvalue())
 
 
-def decode_segment(data: bytes) -> pa.Table:
+def decode_segment(data: bytes, columns: Collection[str] | None = None) -> pa.Table:
     """The table of segment block bytes (zero-copy when uncompressed).
 
-    IntegrityError when the bytes are not a complete one-batch Arrow IPC stream.
+    ``columns``: decode only the columns of these names (the others are not
+    even decompressed), in segment order. IntegrityError when the bytes are
+    not a complete one-batch Arrow IPC stream.
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise UsageError(f"decode_segment takes bytes, got {type(data).__name__}")
@@ -541,8 +562,14 @@ def decode_segment(data: bytes) -> pa.Table:
         raise IntegrityError(
             f"block of {len(data)} bytes is not a segment: it does not end like an Arrow IPC stream"
         )
+    options = None
+    if columns is not None:
+        schema = decode_segment_schema(bytes(data[: schema_message_size(bytes(data[:8]))]))
+        wanted = [i for i, field in enumerate(schema) if field.name in columns]
+        if len(wanted) < len(schema):
+            options = pa.ipc.IpcReadOptions(included_fields=wanted)
     try:
-        reader = pa.ipc.open_stream(pa.py_buffer(data))
+        reader = pa.ipc.open_stream(pa.py_buffer(data), options=options)
         batches = list(reader)
         table = pa.Table.from_batches(batches, schema=reader.schema)
         # Full: offsets in range and strings valid UTF-8 (readers turn them into str),

@@ -24,10 +24,12 @@ from merkle.blocks.store import BlockStore
 from merkle.tablets.keyindex import KeyIndex
 from merkle.tablets.nodes import BatchNode, IndexNode, TableRoot, TabletNode
 from merkle.tablets.segment import decode_segment, encode_segment
+from merkle.tablets.segschema import decode_segment_schema, schema_message_size
 
 __all__ = ["DEFAULT_WORKERS", "TableStore"]
 
 _DEFAULT_CACHE_BYTES = 256 << 20
+_SCHEMA_HEAD = 16 << 10  # first bytes of a segment read for its schema: almost always enough
 _POOL_PREFIX = "merkle-tablets"
 #: Encode/decode workers: one per core (more only oversubscribes the cores
 #: that hashing and decompression already use), at least 2, at most 8.
@@ -158,6 +160,66 @@ class TableStore:
                 self._segments.put(cid.bytes, table, table.nbytes)
                 found[cid] = table
         return [found[cid] for cid in cids]
+
+    def segment_columns(self, items: Sequence[tuple[CID, frozenset[str]]]) -> list[pa.Table]:
+        """Segments decoded to only the named columns (each item: a segment, its columns).
+
+        A segment whose whole table is cached is projected from it; otherwise
+        only the named columns are decompressed (the block is still read and
+        verified whole), and the projection is cached under its columns.
+        """
+        found: dict[tuple[bytes, frozenset[str]], pa.Table] = {}
+        missing: list[tuple[CID, frozenset[str]]] = []
+        for cid, names in items:
+            key = (cid.bytes, names)
+            whole = self._segments.get(cid.bytes)
+            if whole is not None:
+                found[key] = whole.select([n for n in whole.column_names if n in names])
+                continue
+            part = self._segments.get(("columns", *key))
+            if part is None:
+                missing.append((cid, names))
+            else:
+                found[key] = part
+        if missing:
+            unique = list(dict.fromkeys(missing))
+            decoded = self.map(
+                lambda item: decode_segment(self.blocks.get(item[0]), item[1]), unique
+            )
+            for (cid, names), table in zip(unique, decoded, strict=True):
+                self._segments.put(("columns", cid.bytes, names), table, table.nbytes)
+                found[(cid.bytes, names)] = table
+        return [found[(cid.bytes, names)] for cid, names in items]
+
+    def segment_schemas(self, cids: Sequence[CID]) -> list[pa.Schema]:
+        """The schemas of segments, read from the first bytes of each block (cached).
+
+        Costs one small ranged read per uncached segment, concurrently, and
+        never the segment's data; the bytes are not hash-checked (see
+        :func:`~merkle.tablets.segschema.decode_segment_schema`).
+        """
+        store = self.blocks.store
+
+        def read(cid: CID) -> pa.Schema:
+            key = self.blocks.key(cid)
+            head = store.get_range(key, 0, _SCHEMA_HEAD)
+            size = schema_message_size(head)
+            if size > len(head):
+                head = store.get_range(key, 0, size)
+            return decode_segment_schema(head)
+
+        found: dict[bytes, pa.Schema] = {}
+        missing = []
+        for cid in dict.fromkeys(cids):
+            schema = self._nodes.get(("schema", cid.bytes))
+            if schema is None:
+                missing.append(cid)
+            else:
+                found[cid.bytes] = schema
+        for cid, schema in zip(missing, store.map_bulk(read, missing), strict=True):
+            self._nodes.put(("schema", cid.bytes), schema, 1024)
+            found[cid.bytes] = schema
+        return [found[cid.bytes] for cid in cids]
 
     def put_segments(self, tables: Sequence[pa.Table]) -> list[tuple[CID, int]]:
         """Encode and store segments; (CID, stored bytes) for each, in order."""

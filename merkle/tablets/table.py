@@ -401,6 +401,14 @@ class Table:
     def _rebuilt(self, data: ChildRef | None) -> Table:
         return self._with_pending(data, (), data.count if data is not None else 0)
 
+    def with_merged(self, data: ChildRef | None) -> Table:
+        """This table with ``data`` as its whole merged area and nothing pending.
+
+        For trees built outside this class (bulk writers, :mod:`merkle.tablets.bulk`):
+        every pending change must already be in ``data``.
+        """
+        return self._rebuilt(data)
+
     def flush(self) -> Table:
         """Fold every pending batch into the tablets (a no-op when nothing is pending)."""
         if not self.root.pending:
@@ -586,24 +594,30 @@ class Table:
         plan = tree.plan(self.data_ref(), overlay, start, stop)
         if reverse:
             plan.reverse()
-        families = self.spec.families_for(fields)
         for i in range(0, len(plan), _PREFETCH):
             chunk = plan[i : i + _PREFETCH]
             # Fetch the segments of several leaves concurrently before materialising them.
-            self.ts.segments(
-                [
-                    cid
-                    for leaf in chunk
-                    if leaf.ref is not None
-                    for name, cid in self.ts.tablet(leaf.ref.cid).segments.items()
-                    if families is None or name in families
-                ]
-            )
+            self.prefetch([leaf.ref.cid for leaf in chunk if leaf.ref is not None], fields)
             for leaf in chunk:
                 rows = tree.materialize(leaf, overlay, fields)
                 if reverse:
                     rows = rows.take(pa.array(np.arange(rows.num_rows - 1, -1, -1)))
                 yield rows
+
+    def prefetch(self, tablets: Sequence[CID], fields: Sequence[str] | None) -> None:
+        """Fetch, verify and decode the segments ``fields`` needs of ``tablets``, at once."""
+        families = self.spec.families_for(fields)
+        cids = [
+            cid
+            for tablet in tablets
+            for name, cid in self.ts.tablet(tablet).segments.items()
+            if families is None or name in families
+        ]
+        if fields is None:
+            self.ts.segments(cids)
+        else:  # only the wanted columns are decompressed
+            columns = frozenset([self.root.key_field, *fields])
+            self.ts.segment_columns([(cid, columns) for cid in cids])
 
     def to_arrow(
         self, *, fields: Sequence[str] | None = None, from_pk: Any = None, to_pk: Any = None

@@ -106,7 +106,7 @@ class Tree:
         key_field, codec = self.spec.key_field, self.spec.codec
 
         def build() -> pa.Array:
-            base = self.ts.segment(tablet.segments[BASE])
+            (base,) = self.ts.segment_columns([(tablet.segments[BASE], frozenset([key_field]))])
             return combine(codec.encode_array(base.column(key_field)))
 
         return self.ts.key_index(cid, build)
@@ -123,7 +123,12 @@ class Tree:
         if BASE in names:
             names.remove(BASE)
         names.insert(0, BASE)
-        tables = self.ts.segments([tablet.segments[name] for name in names])
+        cids = [tablet.segments[name] for name in names]
+        if fields is None:
+            tables = self.ts.segments(cids)
+        else:  # decode only the wanted columns
+            columns = frozenset([self.spec.key_field, *fields])
+            tables = self.ts.segment_columns([(cid, columns) for cid in cids])
         if len(tables) == 1:
             table = tables[0]  # the base segment alone is already the whole row
         else:
@@ -200,6 +205,10 @@ class Tree:
                 ChildRef(cid, height, node.count, node.size, group[0].first_key, group[-1].last_key)
             )
         return out
+
+    def mark_fresh(self, refs: Sequence[ChildRef]) -> None:
+        """Count ``refs`` as made by this operation (``finish`` merges them if underfull)."""
+        self._fresh.update({ref.cid.bytes: ref.count for ref in refs if ref.height == 0})
 
     def _underfull(self, ref: ChildRef, check_all: bool) -> bool:
         fill = self._fresh.get(ref.cid.bytes)
@@ -311,10 +320,19 @@ class Tree:
         return self.pack(self.fix_underfull(out), ref.height)
 
     def replace_leaves(
-        self, data: ChildRef, rewritten: dict[CID, list[ChildRef]]
+        self,
+        data: ChildRef,
+        rewritten: dict[CID, list[ChildRef]],
+        *,
+        fresh: Sequence[ChildRef] | None = None,
     ) -> ChildRef | None:
-        """Splice tablets rewritten elsewhere (e.g. by Spark tasks) back into the tree."""
-        self._fresh = {new.cid.bytes: new.count for refs in rewritten.values() for new in refs}
+        """Splice tablets rewritten elsewhere (e.g. by Spark tasks) back into the tree.
+
+        ``fresh`` limits the underfull check to those tablets (default: every
+        tablet in ``rewritten``).
+        """
+        made = fresh if fresh is not None else [r for refs in rewritten.values() for r in refs]
+        self._fresh = {new.cid.bytes: new.count for new in made}
         touched: set[CID] = set()
 
         def mark(ref: ChildRef) -> bool:
