@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 LAKE   ?= $(CURDIR)/lake
 
-.PHONY: demo test lint bench crash fuzz clean
+.PHONY: demo test lint bench crash fuzz clean java
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,14 +16,22 @@ $(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml tools/ipld-car/package-lock.json | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test]'
+	$(BIN)/python -m pip install --quiet -e '.[test,spark]'
 	# The IPLD project's JavaScript CAR reader, for the CAR export tests (skipped without npm).
 	if command -v npm >/dev/null; then npm ci --prefix tools/ipld-car --no-audit --no-fund --silent; fi
 	touch $@
 
 $(VENV)/.bench-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[test,bench,spark]'
 	touch $@
+
+# The Spark tests need Java 17+: say so in one line instead of failing inside Spark.
+java:
+	@v=$$(java -version 2>&1 | sed -n 's/.* version "\([0-9][0-9]*\).*/\1/p' | head -n 1); \
+	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+	  echo "make test: the Spark tests need Java 17 or newer on PATH (found: $${v:-none}); install one, e.g. apt-get install openjdk-17-jre-headless" >&2; \
+	  exit 1; \
+	fi
 
 demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/quickstart.py --lake $(LAKE)
@@ -33,7 +41,7 @@ lint: $(VENV)/.test-installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
+test: lint java
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.bench-installed

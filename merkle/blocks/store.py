@@ -261,9 +261,10 @@ class BlockStore:
         except NotFoundError:
             raise self._missing(cid) from None
 
-    def list(self) -> Iterator[tuple[CID, ObjectInfo]]:
-        """Every stored block with its size and timestamp (unparseable keys are skipped)."""
-        for info in self.store.list(BLOCK_PREFIX):
+    def list(self, prefix: str = "") -> Iterator[tuple[CID, ObjectInfo]]:
+        """Every stored block (whose CID string starts with ``prefix``) with its size and
+        timestamp; unparseable keys are skipped."""
+        for info in self.store.list(BLOCK_PREFIX + prefix):
             try:
                 cid = CID.parse(info.key[len(BLOCK_PREFIX) :])
             except UsageError:

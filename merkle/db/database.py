@@ -526,7 +526,12 @@ class Database(RecordOps):
         return self._ts.put_node(root.to_node())
 
     def commit(
-        self, message: str | None = None, author: str | None = None, *, rebase: bool = True
+        self,
+        message: str | None = None,
+        author: str | None = None,
+        *,
+        rebase: bool = True,
+        ticket: WriterTicket | None = None,
     ) -> Database:
         """Make this value's changes the database's next version; the committed value.
 
@@ -534,7 +539,11 @@ class Database(RecordOps):
         changes are replayed on the new head and committed again (``rebase``);
         with ``rebase=False`` any concurrent commit is a ``ConflictError``. A
         value without changes is returned as it is; committing the same value
-        again returns the version its first commit made.
+        again returns the version its first commit made. ``ticket``: the writer
+        lease (and the GC lock generation it began under) that the caller has
+        held since it wrote the first block this commit names, a bulk job's,
+        used instead of the connection's own, so that a collection waiting for
+        that lease cannot also block the commit.
         """
         if not self._ops:
             return self
@@ -546,7 +555,7 @@ class Database(RecordOps):
         conn = self._conn
         for attempt in range(MAX_COMMIT_ATTEMPTS):
             try:
-                entry = db._land(author, message)
+                entry = db._land(author, message, ticket)
             except JournalConflictError as exc:
                 conflict: ConflictError = exc
             except MissingBlockError as exc:
@@ -573,7 +582,9 @@ class Database(RecordOps):
             "attempts: other writers kept committing first"
         )
 
-    def _land(self, author: str | None, message: str | None) -> JournalEntry:
+    def _land(
+        self, author: str | None, message: str | None, ticket: WriterTicket | None = None
+    ) -> JournalEntry:
         """Write this value's blocks and its journal entry; JournalConflictError if it moved."""
         conn, staging = self._conn, self._staging
         root = CID.of(b"")  # set under the lease, below
@@ -595,7 +606,7 @@ class Database(RecordOps):
                 self.name, self.version, str(root), author=author, message=message, before=blocks
             )
 
-        return land(conn, self.name, write_blocks, put_entry)
+        return land(conn, self.name, write_blocks, put_entry, ticket=ticket)
 
     def _replay(self, head: Database) -> Database:
         db = head

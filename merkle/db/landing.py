@@ -10,6 +10,7 @@ blocks again (only missing ones are written).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from merkle.refs import JournalEntry, WriterTicket
@@ -28,6 +29,8 @@ def land(
     db: str,
     write_blocks: Callable[[WriterTicket, bool], BlockItems | None],
     put_entry: Callable[..., JournalEntry],
+    *,
+    ticket: WriterTicket | None = None,
 ) -> JournalEntry:
     """Write the blocks, then the entry, under a writer lease; the entry put.
 
@@ -37,13 +40,16 @@ def land(
     then ``put_entry(items)`` writes them with the entry, in one round, the
     entry last (``RefManager.commit(before=items)``); otherwise ``put_entry()``
     is called. ``put_entry`` raises ``JournalConflictError`` when the journal
-    moved; nothing is retried here.
+    moved; nothing is retried here. ``ticket``: a writer lease the caller
+    already holds (a bulk job's, under which its tasks wrote blocks the entry
+    names), used instead of the connection's own.
     """
-    with conn.writer_lease(db) as ticket:
-        items = write_blocks(ticket, True)
-        conn.leases.ensure_valid(ticket.lease)
+    held = nullcontext(ticket) if ticket is not None else conn.writer_lease(db)
+    with held as using:
+        items = write_blocks(using, True)
+        conn.leases.ensure_valid(using.lease)
         entry = put_entry() if items is None else put_entry(items)
-        raced = conn._settle(ticket, entry)
+        raced = conn._settle(using, entry)
     if raced:  # a collection may have removed blocks it could not see we need
         with conn.writer_lease(db) as again:
             _write(conn, write_blocks(again, False))

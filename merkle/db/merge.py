@@ -38,6 +38,7 @@ import pyarrow as pa
 from merkle.db.ancestry import Lineage
 from merkle.db.diff import rekeyed, settings_changed
 from merkle.db.landing import land
+from merkle.db.mergeschema import fit_rows, merge_schemas
 from merkle.db.ops import Op
 from merkle.errors import ConflictError, MergeConflictError, NotFoundError, UsageError
 from merkle.lazy import compute as pc
@@ -322,7 +323,17 @@ class _Merge:
     def _rows(self, name: str, b: Table | None, o: Table, t: Table) -> None:
         from merkle.db.tablestate import TableState as _TableState
 
+        schemas = merge_schemas(b, o, t)
+        if schemas.conflict is not None:
+            if (
+                self._side_wins(name, f"its schema cannot be merged: {schemas.conflict}")
+                == "theirs"
+            ):
+                self._use_theirs(name, t)
+            return
         table = self._settings(name, b, o, t)
+        if schemas.ours is not None:
+            table = table.alter_schema(schemas.ours)
         if not t.root.key_codec:  # theirs never held a record: no row to bring over
             if table is not self.result._table(name):
                 self.result = self.result._with_table(name, _TableState(table), _MergedTable(name))
@@ -355,6 +366,7 @@ class _Merge:
             elif self.resolve == "fail":
                 self.conflicts[name] = merge.conflict_table()
                 return
+        taken_up = fit_rows(taken_up, t, schemas.theirs)
         if len(taken_up) or len(taken_del):
             if not table.root.key_codec:
                 table = Table(table.ts, replace(table.root, key_codec=t.root.key_codec))

@@ -12,6 +12,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from merkle.gc.collect import gc, journal_names
+from merkle.gc.fanout import Fanout
 from merkle.gc.mark import Marker, ReachabilityError
 from merkle.gc.policy import Policy, Retention, load_policy, parse_duration, save_policy
 from merkle.gc.report import DatabaseReport, GCReport, VerifyReport, load_reports
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DatabaseReport",
+    "Fanout",
     "GCReport",
     "Marker",
     "Policy",

@@ -45,7 +45,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from merkle.blocks.cid import CID
-from merkle.errors import NotFoundError
+from merkle.gc.fanout import Fanout
 from merkle.gc.mark import Marker
 from merkle.gc.policy import Policy, Retention, load_policy, parse_duration
 from merkle.gc.report import DatabaseReport, GCReport
@@ -73,7 +73,6 @@ Notify = Callable[[str], None]
 
 #: Journals live at ``refs/<db>/`` (see merkle.refs.entry.journal_prefix).
 REFS_PREFIX = "refs/"
-_DELETE_BATCH = 1000
 #: The GC lock lasts this long and is renewed every third of it: a killed
 #: collector holds writers up for this plus the skew margin.
 LOCK_TTL = 30.0
@@ -139,11 +138,17 @@ class _Run:
     """The state of one collection (see the module doc for the phases)."""
 
     def __init__(
-        self, conn: Connection, policy: Policy, dry_run: bool, progress: Progress | None
+        self,
+        conn: Connection,
+        policy: Policy,
+        dry_run: bool,
+        progress: Progress | None,
+        fanout: Fanout,
     ) -> None:
         self.conn = conn
         self.policy = policy
         self.dry_run = dry_run
+        self.fanout = fanout
         self.progress = progress or (lambda phase, done, total: None)
         self.marker = Marker(conn.blocks)
         self.report = GCReport(dry_run=dry_run, started_at=datetime.now(UTC))
@@ -178,11 +183,12 @@ class _Run:
             retention = self.policy.for_db(name)
             floor = None if floors is None else floors.get(name, 0)
             kept, first = _kept_entries(audit, retention, now, floor)
-            reached = 0
-            for entry in kept:
-                if entry.root is not None:
-                    where = f"database {name!r} version {entry.version}"
-                    reached += self.marker.mark([CID.parse(entry.root)], where)
+            roots = [
+                (CID.parse(entry.root), f"database {name!r} version {entry.version}")
+                for entry in kept
+                if entry.root is not None
+            ]
+            reached = self.fanout.mark(self.marker, roots)
             previous = self.report.databases.get(name)
             self.report.databases[name] = DatabaseReport(
                 head=audit.head.version,
@@ -202,12 +208,14 @@ class _Run:
             raise JournalDamagedError(list(self.damaged.values()))
 
     def mark_readers(self) -> None:
+        roots = []
         for lease in self.conn.leases.live("reader"):
             if lease.id in self.readers or lease.root is None:
                 continue
             self.readers.add(lease.id)
             where = f"reader lease {lease.id} on {lease.db!r} version {lease.version}"
-            self.marker.mark([CID.parse(lease.root)], where)
+            roots.append((CID.parse(lease.root), where))
+        self.fanout.mark(self.marker, roots)
         self.report.reader_leases = len(self.readers)
 
     def mark_tags(self) -> None:
@@ -246,6 +254,7 @@ def gc(
     lock_ttl: float = LOCK_TTL,
     progress: Progress | None = None,
     notify: Notify | None = None,
+    fanout: Fanout | None = None,
 ) -> GCReport:
     """Delete every block that no kept version, reader lease or writer lease needs.
 
@@ -257,7 +266,9 @@ def gc(
     ``notify`` is told, in plain words, what the collection waits for. The
     report is returned and saved under ``gc/reports/`` in the lake. A damaged
     journal stops the collection before anything is deleted
-    (:class:`~merkle.refs.JournalDamagedError`, naming it).
+    (:class:`~merkle.refs.JournalDamagedError`, naming it). ``fanout`` runs
+    the marking, listing and deleting elsewhere (e.g. on Spark, see
+    :mod:`merkle.gc.fanout`); the protocol and its outcome are the same.
     """
     policy = load_policy(conn.store)
     if keep_versions is not None or keep_within is not None:
@@ -266,8 +277,11 @@ def gc(
     if grace is not None:
         policy = Policy(policy.default, policy.databases, parse_duration(grace))
     conn._writer.release_idle()  # this connection's own idle lease is not a running writer
-    run = _Run(conn, policy, dry_run, progress)
+    fanout = fanout or Fanout()
+    run = _Run(conn, policy, dry_run, progress, fanout)
     report = run.report
+    if fanout.description:
+        report.notes.append(fanout.description)
     report.retention = policy.default.describe() + (
         f"; overrides for {sorted(policy.databases)}" if policy.databases else ""
     )
@@ -280,7 +294,7 @@ def gc(
     run.mark_tags()
     run.phase("mark")
 
-    listed = list(conn.blocks.list())
+    listed = fanout.list_blocks(conn)
     report.blocks_listed = len(listed)
     report.bytes_listed = sum(info.size for _, info in listed)
     run.phase("list")
@@ -350,15 +364,11 @@ def _collect(
             report.blocks_freed, report.bytes_freed = freed, size
             report.freed = [str(cid) for cid, _ in candidates]
         return
-    for i in range(0, len(candidates), _DELETE_BATCH):
-        lock.ensure_held()
-        batch = _still_garbage(conn, candidates[i : i + _DELETE_BATCH], cutoff)
-        report.blocks_rechecked_spared += min(_DELETE_BATCH, len(candidates) - i) - len(batch)
-        conn.blocks.delete_many(cid for cid, _ in batch)
-        report.blocks_freed += len(batch)
-        report.bytes_freed += sum(size for _, size in batch)
-        report.freed.extend(str(cid) for cid, _ in batch)
-        run.progress("sweep", min(i + _DELETE_BATCH, len(candidates)), len(candidates))
+    deleted = run.fanout.sweep(conn, candidates, cutoff, lock, run.progress)
+    report.blocks_rechecked_spared += len(candidates) - len(deleted)
+    report.blocks_freed += len(deleted)
+    report.bytes_freed += sum(size for _, size in deleted)
+    report.freed.extend(str(cid) for cid, _ in deleted)
     run.phase("sweep")
     leases.reap_expired()
     lock.ensure_held()
@@ -401,23 +411,3 @@ def _pass_writers(run: _Run, lock: GCLock, writer_wait: float, tell: Notify) -> 
         lock.ensure_held()
         conn.refs.fence(name, lock.generation)
         report.fences += 1
-
-
-def _still_garbage(
-    conn: Connection, batch: list[tuple[CID, int]], cutoff: float
-) -> list[tuple[CID, int]]:
-    """The candidates of ``batch`` still stored with a timestamp older than ``cutoff``.
-
-    A writer that reuses an unreferenced block refreshes its timestamp; the
-    listing was taken before the lock, so it is read again just before the
-    delete (a writer that raced even this is fenced off, see the module doc).
-    """
-
-    def old(item: tuple[CID, int]) -> bool:
-        try:
-            return conn.blocks.stat(item[0]).mtime < cutoff
-        except NotFoundError:
-            return False
-
-    keep = conn.store.map_bulk(old, batch)
-    return [item for item, ok in zip(batch, keep, strict=True) if ok]

@@ -33,11 +33,13 @@ from merkle.tablets.keys import KeyCodec
 
 __all__ = [
     "arrow_to_records",
+    "cbor_column",
     "check_name",
     "column_values",
     "field_set",
     "normalize_arrow",
     "records_to_arrow",
+    "values_column",
 ]
 
 _INT64_MIN = -(1 << 63)
@@ -115,6 +117,22 @@ def records_to_arrow(
 
 def _record_with_key(keys: list[Any]) -> RowName:
     return lambda position: f"the record with key {show(keys[position])}"
+
+
+def values_column(name: str, values: list[Any]) -> tuple[pa.Field, pa.Array]:
+    """A column of Python values (None for null): native Arrow where exact, CBOR otherwise.
+
+    The rule of :func:`records_to_arrow` for one field; UsageError naming the
+    field and row for a value CBOR cannot carry.
+    """
+    check_name(name, "a field name")
+    field, array = _column_from_values(name, values, row_number)
+    return field, array
+
+
+def cbor_column(table: pa.Table, name: str) -> pa.Array:
+    """Column ``name`` of a segment table with every value CBOR-encoded (nulls stay null)."""
+    return _cbor_array(name, column_values(table, name), row_number)
 
 
 def _column_from_values(name: str, values: list[Any], row: RowName) -> tuple[pa.Field, Any]:

@@ -37,9 +37,9 @@ from merkle.tablets.pages import (
 from merkle.tablets.rows import SortedRows, concat_sorted, cut_points, merge_changes
 from merkle.tablets.segment import join_families, project
 from merkle.tablets.spec import TableSpec
-from merkle.tablets.store import TableStore
+from merkle.tablets.store import Columns, TableStore
 
-__all__ = ["Leaves", "split_ranks"]
+__all__ = ["Block", "Leaves", "split_ranks"]
 
 #: A write of at least this many rows is a bulk write: its pages may go to the lake
 #: as they are made (``TableStore.store_encoded(bulk=True)``) and are not cached.
@@ -57,6 +57,9 @@ class _NewPage:
 
 
 _Page = PageRef | _NewPage
+#: A block a read needs and the columns it decodes of it (None: all): what
+#: ``TableStore.segment_columns`` takes, so a read can fetch ahead exactly what it uses.
+Block = tuple[CID, Columns]
 
 
 def split_ranks(keys: pa.Array, separators: Sequence[bytes]) -> list[int]:
@@ -94,40 +97,59 @@ class Leaves:
         codec, key_field = self.spec.codec, self.spec.key_field
 
         def build() -> pa.Array:
-            if not tablet.pages:
-                base = self.ts.segment(tablet.segments[BASE])
+            if not tablet.pages:  # the key column of the base segment, decoded alone
+                (base,) = self.ts.segment_columns([self._key_column(tablet)])
                 return combine(codec.encode_array(base.column(key_field)))
             self.ts.segments([page.keys for page in tablet.pages])  # fetched concurrently
             return pa.concat_arrays([self.page_keys(page).keys for page in tablet.pages])
 
         return self.ts.key_index(cid, build)
 
-    def page_blocks(self, page: PageRef, families: Sequence[str] | None) -> list[CID]:
-        """The blocks a read of ``families`` (None: all) needs from one page."""
-        blocks = [page.keys]
-        for name, cid in page.families.items():
-            if cid is not None and (families is None or name in families):
-                blocks.append(cid)
-        return blocks
+    def columns(self, fields: Sequence[str] | None) -> Columns:
+        """The columns a read of ``fields`` decodes of a segment (None: all)."""
+        return None if fields is None else frozenset([self.spec.key_field, *fields])
 
-    def blocks(self, cid: CID, families: Sequence[str] | None = None) -> list[CID]:
-        """The data blocks a read of ``families`` (None: all) needs from a tablet."""
+    def _key_column(self, tablet: TabletNode) -> Block:
+        """The key column of a version 1 tablet's base segment."""
+        return (tablet.segments[BASE], frozenset([self.spec.key_field]))
+
+    def _page_families(self, page: PageRef, fields: Sequence[str] | None) -> list[tuple[str, CID]]:
+        """The families (and their blocks) of a page that a read of ``fields`` (None: all)
+        needs: the base family always (a tablet given to ``build_table`` may keep
+        there a field the table puts in a family), and those holding ``fields``."""
+        families = self.spec.families_for(fields)
+        return [
+            (name, cid)
+            for name, cid in page.families.items()
+            if cid is not None and (families is None or name in families)
+        ]
+
+    def page_blocks(self, page: PageRef, fields: Sequence[str] | None) -> list[Block]:
+        """The blocks (and columns) a read of ``fields`` (None: all) needs from one page:
+        its key block whole, and the wanted columns of the families that hold them."""
+        columns = self.columns(fields)
+        return [
+            (page.keys, None),
+            *((cid, columns) for _, cid in self._page_families(page, fields)),
+        ]
+
+    def blocks(self, cid: CID, fields: Sequence[str] | None = None) -> list[Block]:
+        """The blocks (and columns) a read of ``fields`` (None: all) needs from a tablet."""
         tablet = self.node(cid)
         if not tablet.pages:
+            families = self.spec.families_for(fields)
+            columns = self.columns(fields)
             return [
-                c for name, c in tablet.segments.items() if families is None or name in families
+                (c, columns)
+                for name, c in tablet.segments.items()
+                if families is None or name in families
             ]
-        return [block for page in tablet.pages for block in self.page_blocks(page, families)]
+        return [block for page in tablet.pages for block in self.page_blocks(page, fields)]
 
     def page_table(self, page: PageRef, fields: Sequence[str] | None = None) -> pa.Table:
         """One page's rows: the key column and ``fields`` (None: every field)."""
-        wanted = self.spec.families_for(fields)
-        names, blocks = [], [page.keys]
-        for name, cid in page.families.items():
-            if cid is not None and (wanted is None or name in wanted):
-                names.append(name)
-                blocks.append(cid)
-        tables = self.ts.segments(blocks)
+        names = [name for name, _ in self._page_families(page, fields)]
+        tables = self.ts.segment_columns(self.page_blocks(page, fields))
         table = join_page(tables[0], dict(zip(names, tables[1:], strict=True)), page.count)
         if fields is not None:
             table = project(table, fields, key_field=self.spec.key_field)
@@ -135,12 +157,17 @@ class Leaves:
 
     def pages_table(self, pages: Sequence[PageRef], fields: Sequence[str] | None) -> pa.Table:
         """The rows of consecutive pages, their blocks fetched concurrently."""
-        families = self.spec.families_for(fields)
-        self.ts.segments([block for page in pages for block in self.page_blocks(page, families)])
+        self.ts.segment_columns(
+            [block for page in pages for block in self.page_blocks(page, fields)]
+        )
         return concat_pages([self.page_table(page, fields) for page in pages], self.spec.key_field)
 
     def table(self, cid: CID, fields: Sequence[str] | None = None) -> pa.Table:
-        """A tablet's rows (all fields, or the key plus ``fields``), in key order."""
+        """A tablet's rows (all fields, or the key plus ``fields``), in key order.
+
+        Only the families ``fields`` needs are read, and of them only its
+        columns are decompressed (every block is still verified whole).
+        """
         tablet = self.node(cid)
         if tablet.pages:
             return self.pages_table(tablet.pages, fields)
@@ -149,7 +176,8 @@ class Leaves:
         if BASE in names:
             names.remove(BASE)
         names.insert(0, BASE)
-        tables = self.ts.segments([tablet.segments[name] for name in names])
+        columns = self.columns(fields)
+        tables = self.ts.segment_columns([(tablet.segments[name], columns) for name in names])
         if len(tables) == 1:
             table = tables[0]  # the base segment alone is already the whole row
         else:
@@ -170,12 +198,12 @@ class Leaves:
             groups.setdefault(max(0, bisect.bisect_right(firsts, key) - 1), []).append(i)
         return groups
 
-    def key_blocks(self, cid: CID, keys: Sequence[bytes]) -> list[CID]:
-        """The blocks :meth:`find` of these sorted keys reads."""
+    def key_blocks(self, cid: CID, keys: Sequence[bytes]) -> list[Block]:
+        """The blocks (and columns) :meth:`find` of these sorted keys reads."""
         tablet = self.node(cid)
         if not tablet.pages:
-            return [tablet.segments[BASE]]
-        return [tablet.pages[p].keys for p in self._route(tablet, keys)]
+            return [self._key_column(tablet)]
+        return [(tablet.pages[p].keys, None) for p in self._route(tablet, keys)]
 
     def find(self, cid: CID, keys: Sequence[bytes]) -> list[int]:
         """The row of each sorted key in the tablet, or -1: reads only the key blocks it needs."""
@@ -195,16 +223,15 @@ class Leaves:
 
     def candidate_blocks(
         self, cid: CID, keys: Sequence[bytes], fields: Sequence[str] | None
-    ) -> list[CID]:
+    ) -> list[Block]:
         """The blocks :meth:`take` of these keys reads (to fetch several tablets' at once)."""
         tablet = self.node(cid)
-        families = self.spec.families_for(fields)
         if not tablet.pages:
-            return self.blocks(cid, families)
+            return [self._key_column(tablet), *self.blocks(cid, fields)]
         return [
             block
             for p in self._route(tablet, keys)
-            for block in self.page_blocks(tablet.pages[p], families)
+            for block in self.page_blocks(tablet.pages[p], fields)
         ]
 
     def take(
@@ -222,9 +249,8 @@ class Leaves:
                 return None
             return self.table(cid, fields).take(pa.array(positions, type=pa.int64()))
         groups = self._route(tablet, keys)
-        families = self.spec.families_for(fields)
-        self.ts.segments(
-            [block for p in groups for block in self.page_blocks(tablet.pages[p], families)]
+        self.ts.segment_columns(
+            [block for p in groups for block in self.page_blocks(tablet.pages[p], fields)]
         )
         parts = []
         for p in sorted(groups):
@@ -257,14 +283,14 @@ class Leaves:
         return chosen, first
 
     def slice_blocks(
-        self, cid: CID, start: int, stop: int, families: Sequence[str] | None
-    ) -> list[CID]:
-        """The blocks :meth:`slice` reads."""
+        self, cid: CID, start: int, stop: int, fields: Sequence[str] | None
+    ) -> list[Block]:
+        """The blocks (and columns) :meth:`slice` reads."""
         tablet = self.node(cid)
         if not tablet.pages:
-            return self.blocks(cid, families)
+            return self.blocks(cid, fields)
         chosen, _ = self._covering(tablet, start, stop)
-        return [block for page in chosen for block in self.page_blocks(page, families)]
+        return [block for page in chosen for block in self.page_blocks(page, fields)]
 
     def slice(self, cid: CID, start: int, stop: int, fields: Sequence[str] | None) -> pa.Table:
         """Rows ``[start, stop)`` of a tablet: reads only the pages that hold them."""

@@ -20,6 +20,7 @@ from merkle.blocks.cid import CID
 from merkle.errors import UsageError
 from merkle.tablets.batch import Overlay, lookup_pending
 from merkle.tablets.keys import KeyCodec
+from merkle.tablets.leaves import Block
 from merkle.tablets.nodes import ChildRef, TableRoot
 from merkle.tablets.segment import concat_segments, project
 from merkle.tablets.settings import key_successor
@@ -79,7 +80,7 @@ class TableReads:
         leaves = tree.leaves_io
         # The candidate pages of every tablet, fetched at once.
         self.ts.prefetch_nodes(list(groups))
-        self.ts.segments(
+        self.ts.segment_columns(
             [
                 block
                 for cid, part in groups.items()
@@ -171,21 +172,20 @@ class TableReads:
         plan = tree.plan(self.data_ref(), overlay, start, stop)
         if reverse:
             plan.reverse()
-        families = self.spec.families_for(fields)
         leaves = tree.leaves_io
         for chunk in self._chunks(plan):
             # Fetch the blocks of several leaves concurrently before materialising them:
             # only the pages that hold the rows wanted, where no pending change falls.
             self.ts.prefetch_nodes([leaf.ref.cid for leaf in chunk if leaf.ref is not None])
-            blocks = []
+            blocks: list[Block] = []
             for leaf in chunk:
                 if leaf.ref is None:
                     continue
                 if overlay.has_entries(leaf.lo, leaf.hi):
-                    blocks += leaves.blocks(leaf.ref.cid, families)
+                    blocks += leaves.blocks(leaf.ref.cid, fields)
                 else:
-                    blocks += leaves.slice_blocks(leaf.ref.cid, leaf.start, leaf.stop, families)
-            self.ts.segments(blocks)
+                    blocks += leaves.slice_blocks(leaf.ref.cid, leaf.start, leaf.stop, fields)
+            self.ts.segment_columns(blocks)
             for leaf in chunk:
                 rows = tree.materialize(leaf, overlay, fields)
                 if reverse:
@@ -210,11 +210,12 @@ class TableReads:
         if chunk:
             yield chunk
 
-    def prefetch(self, tablets: Sequence[CID], families: Sequence[str] | None) -> None:
-        """Fetch, verify and decode the blocks of ``tablets`` (only ``families``) at once."""
+    def prefetch(self, tablets: Sequence[CID], fields: Sequence[str] | None) -> None:
+        """Fetch, verify and decode at once what a read of ``fields`` needs of ``tablets``:
+        only the families that hold those fields, and of them only those columns."""
         leaves = self._tree().leaves_io
         self.ts.prefetch_nodes(list(tablets))
-        self.ts.segments([block for cid in tablets for block in leaves.blocks(cid, families)])
+        self.ts.segment_columns([block for cid in tablets for block in leaves.blocks(cid, fields)])
 
     def to_arrow(
         self, *, fields: Sequence[str] | None = None, from_pk: Any = None, to_pk: Any = None

@@ -33,12 +33,15 @@ from merkle.tablets.cbor import (
 )
 from merkle.tablets.freeform import (
     arrow_to_records,
+    cbor_column,
     check_name,
     column_values,
     field_set,
     normalize_arrow,
     records_to_arrow,
+    values_column,
 )
+from merkle.tablets.segschema import decode_segment_schema, schema_message_size
 
 __all__ = [
     "BASE_FAMILY",
@@ -50,6 +53,7 @@ __all__ = [
     "SEGMENT_COMPRESSION_LEVEL",
     "arrow_to_records",
     "cbor_array",
+    "cbor_column",
     "cbor_field",
     "column_values",
     "concat_segments",
@@ -61,6 +65,7 @@ __all__ = [
     "project",
     "records_to_arrow",
     "split_families",
+    "values_column",
 ]
 
 #: Name of the family that holds the key column and every field in no family.
@@ -115,10 +120,12 @@ def encode_segment(table: pa.Table, *, compression: Any = SEGMENT_CODEC) -> byte
     return bytes(sink.getvalue())
 
 
-def decode_segment(data: bytes) -> pa.Table:
+def decode_segment(data: bytes, columns: Collection[str] | None = None) -> pa.Table:
     """The table of segment block bytes (zero-copy when uncompressed).
 
-    IntegrityError when the bytes are not a complete one-batch Arrow IPC stream.
+    ``columns``: decode only the columns of these names (the others are not
+    even decompressed), in segment order. IntegrityError when the bytes are
+    not a complete one-batch Arrow IPC stream.
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise UsageError(f"decode_segment takes bytes, got {type(data).__name__}")
@@ -126,8 +133,17 @@ def decode_segment(data: bytes) -> pa.Table:
         raise IntegrityError(
             f"block of {len(data)} bytes is not a segment: it does not end like an Arrow IPC stream"
         )
+    options = _READ_OPTIONS
+    none_wanted = False
+    if columns is not None:
+        schema = decode_segment_schema(bytes(data[: schema_message_size(bytes(data[:8]))]))
+        wanted = [i for i, field in enumerate(schema) if field.name in columns]
+        # Arrow reads every field for an empty list: read the first, keep only the rows.
+        none_wanted = not wanted and len(schema) > 0
+        if len(wanted) < len(schema):
+            options = pa.ipc.IpcReadOptions(included_fields=wanted or [0], use_threads=False)
     try:
-        reader = pa.ipc.open_stream(pa.py_buffer(data), options=_READ_OPTIONS)
+        reader = pa.ipc.open_stream(pa.py_buffer(data), options=options)
         batches = list(reader)
         table = pa.Table.from_batches(batches, schema=reader.schema)
         # Full: offsets in range and strings valid UTF-8 (readers turn them into str),
@@ -138,7 +154,7 @@ def decode_segment(data: bytes) -> pa.Table:
         raise IntegrityError(f"block of {len(data)} bytes is not a valid segment: {exc}") from None
     if len(batches) != 1:
         raise IntegrityError(f"a segment holds one record batch, this block holds {len(batches)}")
-    return table
+    return table.select([]) if none_wanted else table
 
 
 def _check_names(schema: pa.Schema) -> None:

@@ -25,10 +25,15 @@ from merkle.blocks.store import BlockStore
 from merkle.tablets.keyindex import KeyIndex
 from merkle.tablets.nodes import BatchNode, IndexNode, TableRoot, TabletNode
 from merkle.tablets.segment import decode_segment, encode_segment
+from merkle.tablets.segschema import decode_segment_schema, schema_message_size
 
-__all__ = ["DEFAULT_WORKERS", "TableStore"]
+__all__ = ["DEFAULT_WORKERS", "Columns", "TableStore"]
+
+#: The columns of a segment to decode (None: all of them).
+Columns = frozenset[str] | None
 
 _DEFAULT_CACHE_BYTES = 256 << 20
+_SCHEMA_HEAD = 16 << 10  # first bytes of a segment read for its schema: almost always enough
 _POOL_PREFIX = "merkle-tablets"
 #: Encode/decode workers: one per core (more only oversubscribes the cores
 #: that hashing and decompression already use), at least 2, at most 8.
@@ -171,23 +176,77 @@ class TableStore:
 
     def segments(self, cids: Sequence[CID]) -> list[pa.Table]:
         """Decoded segments, fetching the uncached ones concurrently."""
-        found: dict[CID, pa.Table] = {}
-        missing = []
-        for cid in cids:
-            table = self._segments.get(cid.bytes)
-            if table is None:
-                missing.append(cid)
+        return self.segment_columns([(cid, None) for cid in cids])
+
+    def segment_columns(self, items: Sequence[tuple[CID, Columns]]) -> list[pa.Table]:
+        """Segments decoded to only the named columns (each item: a segment, its columns,
+        None for all), fetching the uncached ones concurrently.
+
+        A segment whose whole table is cached is projected from it; otherwise
+        only the named columns are decompressed (the block is still read and
+        verified whole), and the projection is cached under its columns.
+        """
+        found: dict[tuple[bytes, Columns], pa.Table] = {}
+        missing: list[tuple[CID, Columns]] = []
+        for cid, names in items:
+            key = (cid.bytes, names)
+            if key in found:
+                continue
+            whole = self._segments.get(cid.bytes)
+            if whole is not None:
+                found[key] = (
+                    whole
+                    if names is None
+                    else whole.select([n for n in whole.column_names if n in names])
+                )
+                continue
+            part = None if names is None else self._segments.get(("columns", *key))
+            if part is None:
+                missing.append((cid, names))
             else:
-                found[cid] = table
+                found[key] = part
         if missing:
             # Each worker reads, verifies and decodes one segment: decoding starts as
             # soon as that block's bytes arrive, not after every block is read.
             unique = list(dict.fromkeys(missing))
-            decoded = self.map_local(lambda cid: decode_segment(self.blocks.get(cid)), unique)
-            for cid, table in zip(unique, decoded, strict=True):
-                self._segments.put(cid.bytes, table, table.nbytes)
-                found[cid] = table
-        return [found[cid] for cid in cids]
+            decoded = self.map_local(
+                lambda item: decode_segment(self.blocks.get(item[0]), item[1]), unique
+            )
+            for (cid, names), table in zip(unique, decoded, strict=True):
+                cache_key: Hashable = cid.bytes if names is None else ("columns", cid.bytes, names)
+                self._segments.put(cache_key, table, table.nbytes)
+                found[(cid.bytes, names)] = table
+        return [found[(cid.bytes, names)] for cid, names in items]
+
+    def segment_schemas(self, cids: Sequence[CID]) -> list[pa.Schema]:
+        """The schemas of segments, read from the first bytes of each block (cached).
+
+        Costs one small ranged read per uncached segment, concurrently, and
+        never the segment's data; the bytes are not hash-checked (see
+        :func:`~merkle.tablets.segschema.decode_segment_schema`).
+        """
+        store = self.blocks.store
+
+        def read(cid: CID) -> pa.Schema:
+            key = self.blocks.key(cid)
+            head = store.get_range(key, 0, _SCHEMA_HEAD)
+            size = schema_message_size(head)
+            if size > len(head):
+                head = store.get_range(key, 0, size)
+            return decode_segment_schema(head)
+
+        found: dict[bytes, pa.Schema] = {}
+        missing = []
+        for cid in dict.fromkeys(cids):
+            schema = self._nodes.get(("schema", cid.bytes))
+            if schema is None:
+                missing.append(cid)
+            else:
+                found[cid.bytes] = schema
+        for cid, schema in zip(missing, store.map_bulk(read, missing), strict=True):
+            self._nodes.put(("schema", cid.bytes), schema, 1024)
+            found[cid.bytes] = schema
+        return [found[cid.bytes] for cid in cids]
 
     def put_segments(self, tables: Sequence[pa.Table]) -> list[tuple[CID, int]]:
         """Encode and store segments; (CID, stored bytes) for each, in order."""

@@ -418,6 +418,14 @@ class Table(TableReads):
     def _rebuilt(self, data: ChildRef | None) -> Table:
         return self._with_pending(data, (), data.count if data is not None else 0)
 
+    def with_merged(self, data: ChildRef | None) -> Table:
+        """This table with ``data`` as its whole merged area and nothing pending.
+
+        For trees built outside this class (bulk writers, :mod:`merkle.tablets.bulk`):
+        every pending change must already be in ``data``.
+        """
+        return self._rebuilt(data)
+
     def flush(self) -> Table:
         """Fold every pending batch into the tablets (a no-op when nothing is pending)."""
         if not self.root.pending:
@@ -485,8 +493,7 @@ class Table(TableReads):
             raise UsageError("build_table needs a table whose key codec is known")
         table = self
         if self.root.typed:
-            leaves = self._tree().leaves_io
-            cids = [cid for ref in refs for cid in leaves.blocks(ref.cid)]
+            cids = [cid for ref in refs for cid in self.ts.tablet(ref.cid).blocks()]
             schema = schema_of_segments(self.root.schema, self.ts.segments(cids), self.key)
             table = self.with_schema(schema)
         tree = table._tree()

@@ -116,6 +116,10 @@ class Tree:
             )
         return out
 
+    def mark_fresh(self, refs: Sequence[ChildRef]) -> None:
+        """Count ``refs`` as made by this operation (``finish`` merges them if underfull)."""
+        self._fresh.update({ref.cid.bytes: ref.count for ref in refs if ref.height == 0})
+
     def _underfull(self, ref: ChildRef, check_all: bool) -> bool:
         fill = self._fresh.get(ref.cid.bytes)
         if fill is None:
@@ -222,10 +226,19 @@ class Tree:
         return self.pack(self.fix_underfull(out), ref.height)
 
     def replace_leaves(
-        self, data: ChildRef, rewritten: dict[CID, list[ChildRef]]
+        self,
+        data: ChildRef,
+        rewritten: dict[CID, list[ChildRef]],
+        *,
+        fresh: Sequence[ChildRef] | None = None,
     ) -> ChildRef | None:
-        """Splice tablets rewritten elsewhere (e.g. by Spark tasks) back into the tree."""
-        self._fresh = {new.cid.bytes: new.count for refs in rewritten.values() for new in refs}
+        """Splice tablets rewritten elsewhere (e.g. by Spark tasks) back into the tree.
+
+        ``fresh`` limits the underfull check to those tablets (default: every
+        tablet in ``rewritten``).
+        """
+        made = fresh if fresh is not None else [r for refs in rewritten.values() for r in refs]
+        self._fresh = {new.cid.bytes: new.count for new in made}
         touched: set[CID] = set()
 
         def mark(ref: ChildRef) -> bool:
@@ -341,7 +354,7 @@ class Tree:
         leaves = self.leaves_io
         # Every key block needed, from every tablet, fetched at once.
         self.ts.prefetch_nodes(list(groups))
-        self.ts.segments(
+        self.ts.segment_columns(
             [block for cid, part in groups.items() for block in leaves.key_blocks(cid, part)]
         )
         for cid, part in groups.items():

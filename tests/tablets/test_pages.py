@@ -8,6 +8,7 @@ block, not inferred from timings.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -19,6 +20,7 @@ from merkle.errors import IntegrityError
 from merkle.gc.mark import Marker
 from merkle.storage.memory import MemoryStore
 from merkle.tablets import Limits, Table, TableStore, validate
+from merkle.tablets import store as store_module
 from merkle.tablets.nodes import BASE, PAGED_TABLET_VERSION, TABLET, TabletNode
 from merkle.tablets.rows import sort_rows
 from merkle.tablets.segment import encode_segment, split_families
@@ -104,6 +106,43 @@ def test_point_read_fetches_one_block_per_family(lake: tuple[MemoryStore, Table]
     assert cold.get([8_000], fields=["name"]).column("name").to_pylist() == ["n8000"]
     data = [k for k in reads.read if k in key_blocks | family_blocks]
     assert len(data) == 2  # its key block and its base block: "big" is not needed
+
+
+def test_a_projection_reads_its_families_and_decodes_only_its_columns(
+    lake: tuple[MemoryStore, Table], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, table = lake
+    family: dict[str, set[str]] = {}
+    for ref in table.tablets():
+        for page in table.ts.tablet(ref.cid).pages:
+            for name, cid in page.families.items():
+                if cid is not None:
+                    family.setdefault(name, set()).add(BlockStore.key(cid))
+    decoded: list[list[str]] = []
+    real = store_module.decode_segment
+
+    def recording(data: bytes, columns: Any = None) -> pa.Table:
+        out = real(data, columns)
+        decoded.append(out.column_names)
+        return out
+
+    monkeypatch.setattr(store_module, "decode_segment", recording)
+    reads, cold = _cold(store, table)
+    rows = cold.to_arrow(fields=["blob"])  # base (none of its columns decoded) and "big"
+    assert rows.column_names == ["id", "blob"]
+    assert rows.column("blob").to_pylist()[:2] == ["000", "222"]
+    assert family["big"] <= set(reads.read)
+    assert decoded
+    assert all(names in (["id"], ["blob"], []) for names in decoded)
+    reads.read.clear()
+    decoded.clear()
+    rows = cold.to_arrow(fields=["name"])
+    assert rows.column_names == ["id", "name"]
+    assert rows.column("name").to_pylist() == [f"n{k}" for k in range(0, 2 * ROWS, 2)]
+    assert not set(reads.read) & family["big"]
+    assert family[BASE] <= set(reads.read)  # read and verified whole...
+    assert decoded
+    assert all("price" not in names for names in decoded)  # ...but "price" never decoded
 
 
 def test_existence_check_reads_key_blocks_only(lake: tuple[MemoryStore, Table]) -> None:

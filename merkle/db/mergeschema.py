@@ -1,0 +1,128 @@
+"""The three-way merge of a table's schema, and theirs' rows made to fit the result.
+
+A merge that brings their records into our table must also bring the fields
+those records carry: a record is only what the schema shows of it, so a row
+taken from their side with a field our schema lacks would lose that field on
+the first read. Field by field, the side that changed a field since the base
+wins (added, widened, made nullable, made schema-free); the same change on
+both sides is taken once. What cannot be merged is a conflict of the whole
+table, settled by ``"ours"``/``"theirs"`` or reported:
+
+* a field changed differently on both sides (two types inferred for a new
+  field, two widenings);
+* a field dropped (or renamed, which is a drop and an add) on one side
+  while the other side changed the table: merging would silently lose the
+  other side's values of that field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from merkle.tablets.evolve import SchemaChange, can_widen, plan_change, rewrite_rows
+from merkle.tablets.rows import SortedRows
+from merkle.tablets.schema import is_free
+from merkle.tablets.table import Table
+
+__all__ = ["SchemaMerge", "fit_rows", "merge_schemas"]
+
+
+@dataclass(frozen=True)
+class SchemaMerge:
+    """The merged schema as changes: to our table, and to rows taken from theirs."""
+
+    ours: SchemaChange | None  # None: our schema is the result already
+    theirs: SchemaChange | None  # None: their rows fit the result as they are
+    conflict: str | None = None  # why the schemas cannot be merged
+
+
+def _fields(schema: pa.Schema | None) -> dict[str, pa.Field]:
+    return {f.name: f for f in schema} if schema is not None else {}
+
+
+def _change_to(have: dict[str, pa.Field], want: dict[str, pa.Field]) -> SchemaChange | str | None:
+    """The change that turns fields ``have`` into ``want`` (additions, widening, freeing).
+
+    A string says why no such change exists.
+    """
+    add, widen, nullable, free = [], {}, [], []
+    for name, field in want.items():
+        old = have.get(name)
+        if old is None:
+            add.append(field.with_nullable(True))
+            continue
+        if old.equals(field, check_metadata=True):
+            continue
+        if is_free(field):
+            if not is_free(old):
+                free.append(name)
+            continue
+        if is_free(old):
+            return f"field {name!r} is schema-free on one side and {field.type} on the other"
+        if not old.type.equals(field.type):
+            if not can_widen(old.type, field.type):
+                return f"field {name!r} is {old.type} on one side and {field.type} on the other"
+            widen[name] = field.type
+        if field.nullable and not old.nullable:
+            nullable.append(name)
+    if not (add or widen or nullable or free):
+        return None
+    return SchemaChange(tuple(add), (), {}, widen, tuple(nullable), tuple(free))
+
+
+def merge_schemas(base: Table | None, ours: Table, theirs: Table) -> SchemaMerge:
+    """How ours' schema and theirs' rows change so both sides' records keep every field."""
+    if not (ours.root.typed and theirs.root.typed):
+        return SchemaMerge(None, None)
+    b = _fields(base.root.schema if base is not None and base.root.typed else None)
+    o, t = _fields(ours.root.schema), _fields(theirs.root.schema)
+    if o == t:
+        return SchemaMerge(None, None)
+    result: dict[str, pa.Field] = {}
+    for name in [*o, *(n for n in t if n not in o)]:
+        bf, of, tf = b.get(name), o.get(name), t.get(name)
+        if of is None or tf is None:
+            gone_here = of is None and bf is not None
+            gone_there = tf is None and bf is not None
+            if gone_here or gone_there:
+                side = "our" if gone_here else "their"
+                return SchemaMerge(
+                    None,
+                    None,
+                    f"field {name!r} was dropped or renamed on {side} side and the table "
+                    "changed on the other",
+                )
+            added = of if of is not None else tf
+            assert added is not None
+            result[name] = added
+        elif _same(tf, bf):
+            result[name] = of
+        elif _same(of, bf) or _same(of, tf):
+            result[name] = tf
+        else:
+            return SchemaMerge(
+                None, None, f"field {name!r} changed on both sides ({of.type} and {tf.type})"
+            )
+    to_ours, to_theirs = _change_to(o, result), _change_to(t, result)
+    for change in (to_ours, to_theirs):
+        if isinstance(change, str):
+            return SchemaMerge(None, None, change)
+    assert not isinstance(to_ours, str)
+    assert not isinstance(to_theirs, str)
+    return SchemaMerge(to_ours, to_theirs)
+
+
+def _same(x: pa.Field | None, y: pa.Field | None) -> bool:
+    if x is None or y is None:
+        return x is y
+    return bool(x.equals(y, check_metadata=True))
+
+
+def fit_rows(rows: SortedRows, theirs: Table, change: SchemaChange | None) -> SortedRows:
+    """Rows stored under theirs' schema, stored as they would be under the merged one."""
+    if change is None or not change.rewrites or not len(rows):
+        return rows
+    plan = plan_change(theirs.root.schema, theirs.key, theirs.root.families, change)
+    return SortedRows(rewrite_rows(rows.table, plan, theirs.root.key_field), rows.keys)

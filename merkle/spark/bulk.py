@@ -1,0 +1,394 @@
+"""``merkle.spark.write`` and ``merkle.spark.delete``: route rows to tablets, then write.
+
+Works for any DataFrame, however it is partitioned, in three Spark stages
+whose data never passes through the driver:
+
+1. *Sample*: every task counts its rows per write group (a stored tablet's
+   key range, or a gap between tablets) and keeps a bottom-k sample of the
+   keys in each gap. The driver splits gaps that received many rows (a bulk
+   load is one big gap) at the sample's quantiles, so new rows spread over
+   many tasks, and packs groups into partitions of about ``rows_per_task``.
+2. *Route and write*: each row gets its group and its partition's tag, and
+   ``repartition`` sends every group whole to the one task planned for it;
+   the task merges the group's stored tablet, the pending changes in its
+   range and the new rows (or deletes), and writes the tablets to the lake.
+   If the table has pending changes, one marker row per group makes sure
+   every group with pending changes is visited, so they are folded in.
+3. *Merge*: the few tablets left below the fill minimum are merged with a
+   neighbour in small tasks.
+
+The driver then builds the index over the new tablets (reusing every
+untouched tablet and subtree) and commits once with compare-and-set, all
+under one writer lease taken before the first block is written.
+"""
+
+from __future__ import annotations
+
+import functools
+import heapq
+import itertools
+import math
+import pickle
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
+from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, StructField, StructType
+
+from merkle.db.bulk import committed_table
+from merkle.db.database import Database
+from merkle.errors import UsageError
+from merkle.spark.jobs import (
+    GROUP,
+    MARKER,
+    TAG,
+    GroupResult,
+    WriteJob,
+    commit_job,
+    run_groups,
+    start_job,
+)
+from merkle.spark.lake import hold_lease, open_lake
+from merkle.spark.options import DEFAULT_LEASE_TTL, WriteOptions, lake_ref
+from merkle.spark.shuffle import pack_groups, partition_tags
+from merkle.tablets.bulk import TabletInfo, WriteGroup, encode_keys, merge_leaves, route
+from merkle.tablets.keys import infer_key_codec_arrow
+from merkle.tablets.table import Table
+
+__all__ = ["delete", "write"]
+
+SAMPLE = 2048  # keys a gap's sample keeps (bottom-k by a random priority)
+_STATS = StructType(
+    [
+        StructField("group", LongType()),
+        StructField("rows", LongType()),
+        StructField("key", BinaryType()),
+        StructField("priority", DoubleType()),
+    ]
+)
+_RESULTS = StructType([StructField("results", BinaryType())])
+
+
+def write(
+    df: DataFrame,
+    lake: str,
+    db: str,
+    table: str,
+    key: str | None = None,
+    message: str | None = None,
+    author: str | None = None,
+    *,
+    mode: str = "append",
+    key_codec: str | None = None,
+    rows_per_task: int | None = None,
+    lease_ttl: float = DEFAULT_LEASE_TTL,
+    **options: Any,
+) -> Database:
+    """Upsert ``df``'s rows into ``table`` by key (``mode="overwrite"``: replace its rows).
+
+    ``key`` names the key field when the table does not exist yet (it is
+    created); ``options`` are store options (``endpoint_url=...``). Returns
+    the committed database. See the module doc for how it runs.
+    """
+    if mode not in ("append", "overwrite"):
+        raise UsageError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+    opts = WriteOptions(
+        lake_ref(lake, options), db, table, key, key_codec, message, author, lease_ttl
+    )
+    return _run(df, opts, "replace" if mode == "overwrite" else "upsert", rows_per_task)
+
+
+def delete(
+    spark: SparkSession,
+    lake: str,
+    db: str,
+    table: str,
+    keys_df: DataFrame,
+    message: str | None = None,
+    author: str | None = None,
+    *,
+    rows_per_task: int | None = None,
+    lease_ttl: float = DEFAULT_LEASE_TTL,
+    **options: Any,
+) -> Database:
+    """Delete the records whose keys ``keys_df`` holds (its key-named column, or its only one)."""
+    opts = WriteOptions(lake_ref(lake, options), db, table, None, None, message, author, lease_ttl)
+    conn = open_lake(opts.lake)
+    stored = committed_table(conn.open_db(db), table)
+    fields = list(stored.key.fields)
+    names = keys_df.columns
+    if all(field in names for field in fields):
+        keys_df = keys_df.select(*fields)
+    elif len(fields) == 1 and len(names) == 1:
+        keys_df = keys_df.withColumnRenamed(names[0], fields[0])
+    else:
+        raise UsageError(
+            f"the keys DataFrame needs the key field(s) {fields} of table {table!r} as "
+            f"columns (or, for a one-field key, a single column); it has {names}"
+        )
+    if stored.codec is None:
+        return conn.open_db(db)  # never written: nothing to delete
+    return _run(keys_df, opts, "delete", rows_per_task)
+
+
+def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None) -> Database:
+    spark = df.sparkSession
+    job, base = start_job(opts, df.schema, mode)
+    try:
+        with hold_lease(opts.lake, job.lease, opts.lease_ttl):
+            limit = base.table.spec.limits.tablet_size
+            parallelism = max(1, spark.sparkContext.defaultParallelism)
+            key = base.table.key.fields
+            if (
+                job.mode == "replace"
+                and len(key) == 1
+                and _ordered_like_spark(base.table, to_arrow_type(df.schema[key[0]].dataType))
+            ):
+                partitions = max(2 * parallelism, df.rdd.getNumPartitions())
+                results = _write_ranged(df, job, key[0], partitions)
+            else:
+                if job.mode == "delete":
+                    rows = [0] * len(job.groups)
+                else:
+                    rows, samples = _sample(df, job)
+                    new = sum(rows)
+                    per_task = max(1, min(10, math.ceil(new / (limit * 2 * parallelism))))
+                    job, rows = _split(job, rows, samples, rows_per_task or per_task * limit)
+                weights = _weights(job, rows)
+                per_task = max(1, min(10, math.ceil(sum(weights) / (limit * 2 * parallelism))))
+                markers = bool(base.table.root.pending) and job.mode != "replace"
+                results = _write(df, job, weights, rows_per_task or per_task * limit, markers)
+            return commit_job(
+                job,
+                results,
+                message=opts.message,
+                author=opts.author,
+                merges=functools.partial(_spark_merges, spark),
+            )
+    finally:
+        open_lake(opts.lake).leases.release(job.lease)
+
+
+def _weights(job: WriteJob, rows: list[int]) -> list[int]:
+    """The work of each group: its new rows, and its stored tablet's rows if it has new ones."""
+    return [
+        count + (g.tablet.count if g.tablet is not None and count else 0) + 1
+        for g, count in zip(job.groups, rows, strict=True)
+    ]
+
+
+# -- a bulk load: Spark's own range partitioning --------------------------------------
+
+#: Key codecs whose order is Spark's order of the key column (or its reverse).
+_SPARK_ORDERED = ("int", "float", "str", "bytes", "timestamp")
+
+
+def _ordered_like_spark(table: Table, key_type: pa.DataType) -> bool:
+    """Whether Spark's range partitioning on the key column cuts the table's key order."""
+    spec = table.spec.codec.spec
+    inner = spec[len("reverse(") : -1] if spec.startswith("reverse(") else spec
+    return inner in _SPARK_ORDERED and infer_key_codec_arrow(key_type).spec == inner
+
+
+def _write_ranged(df: DataFrame, job: WriteJob, key: str, partitions: int) -> list[GroupResult]:
+    """A bulk load: ``repartitionByRange`` on the key, each task writes its range's tablets.
+
+    Spark samples the keys itself (in the JVM) and sends each row once; the
+    ranges are disjoint in the table's key order, so the tasks' sorted runs
+    stack into one tree (the commit checks that they do not overlap).
+    """
+    ranged = df.repartitionByRange(partitions, key)
+    task = functools.partial(_write_task, job, False)
+    found = ranged.mapInArrow(task, _RESULTS).collect()
+    return [result for row in found for result in pickle.loads(row["results"])]
+
+
+# -- stage 1: sample ----------------------------------------------------------------
+
+
+def _sample_task(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    table = job.open_table()
+    starts = [g.lo for g in job.groups[1:] if g.lo is not None]
+    splittable = np.array([g.tablet is None for g in job.groups])
+    counts = np.zeros(len(job.groups), dtype=np.int64)
+    kept: dict[int, list[tuple[float, bytes]]] = {}
+    rng = np.random.default_rng()
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        keys = encode_keys(table, pa.Table.from_batches([batch]))
+        ids = route(keys, starts)
+        counts += np.bincount(ids, minlength=len(counts))
+        priority = rng.random(len(ids))
+        for g in np.unique(ids[splittable[ids]]):
+            rows = np.flatnonzero(ids == g)
+            if len(rows) > SAMPLE:  # a bottom-k sample: the SAMPLE smallest priorities
+                rows = rows[np.argpartition(priority[rows], SAMPLE)[:SAMPLE]]
+            chosen = keys.take(pa.array(rows)).to_pylist()
+            pool = kept.setdefault(int(g), [])
+            pool.extend(zip(priority[rows].tolist(), chosen, strict=True))
+            if len(pool) > 2 * SAMPLE:
+                kept[int(g)] = heapq.nsmallest(SAMPLE, pool)
+    groups: list[int] = []
+    rows_out: list[int] = []
+    keys_out: list[bytes | None] = []
+    prios: list[float | None] = []
+    for g in np.flatnonzero(counts):
+        groups.append(int(g))
+        rows_out.append(int(counts[g]))
+        keys_out.append(None)
+        prios.append(None)
+    for g, pool in kept.items():
+        for prio, key in heapq.nsmallest(SAMPLE, pool):
+            groups.append(g)
+            rows_out.append(0)
+            keys_out.append(key)
+            prios.append(prio)
+    yield pa.RecordBatch.from_arrays(
+        [
+            pa.array(groups, pa.int64()),
+            pa.array(rows_out, pa.int64()),
+            pa.array(keys_out, pa.binary()),
+            pa.array(prios, pa.float64()),
+        ],
+        names=["group", "rows", "key", "priority"],
+    )
+
+
+def _sample(df: DataFrame, job: WriteJob) -> tuple[list[int], dict[int, list[bytes]]]:
+    """Rows per group, and a uniform sample of the keys of each gap group (sorted)."""
+    found = df.mapInArrow(functools.partial(_sample_task, job), _STATS).collect()
+    rows = [0] * len(job.groups)
+    picked: dict[int, list[tuple[float, bytes]]] = {}
+    for row in found:
+        if row["key"] is None:
+            rows[row["group"]] += row["rows"]
+        else:
+            picked.setdefault(row["group"], []).append((row["priority"], bytes(row["key"])))
+    samples = {
+        g: sorted(k for _, k in heapq.nsmallest(SAMPLE, items)) for g, items in picked.items()
+    }
+    return rows, samples
+
+
+def _split(
+    job: WriteJob, rows: list[int], samples: dict[int, list[bytes]], target: int
+) -> tuple[WriteJob, list[int]]:
+    """Gap groups with more than ``target`` rows cut at their sample's quantiles."""
+    groups: list[WriteGroup] = []
+    counts: list[int] = []
+    for group, count in zip(job.groups, rows, strict=True):
+        sample = samples.get(group.index, [])
+        pieces = math.ceil(count / target) if group.tablet is None and count > target else 1
+        cuts: list[bytes] = []
+        if pieces > 1 and sample:
+            for i in range(1, pieces):
+                cut = sample[i * len(sample) // pieces]
+                inside = (group.lo is None or cut > group.lo) and (
+                    group.hi is None or cut < group.hi
+                )
+                if inside and (not cuts or cut > cuts[-1]):
+                    cuts.append(cut)
+        bounds = [group.lo, *cuts, group.hi]
+        share = count // (len(bounds) - 1)
+        for lo, hi in itertools.pairwise(bounds):
+            groups.append(WriteGroup(len(groups), lo, hi, group.tablet))
+            counts.append(share if len(bounds) > 2 else count)
+    return replace(job, groups=tuple(groups)), counts
+
+
+# -- stage 2: route and write -------------------------------------------------------
+
+
+def _route_task(
+    job: WriteJob,
+    part_of: list[int],
+    tags: list[int],
+    markers: pa.Schema | None,
+    batches: Iterator[pa.RecordBatch],
+) -> Iterator[pa.RecordBatch]:
+    from pyspark import TaskContext
+
+    table = job.open_table()
+    starts = [g.lo for g in job.groups[1:] if g.lo is not None]
+    tag_of = np.array([tags[p] for p in part_of], dtype=np.int64)
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        ids = route(encode_keys(table, pa.Table.from_batches([batch])), starts)
+        yield _with_columns(batch, ids, np.zeros(len(ids), bool), tag_of[ids])
+    context = TaskContext.get()
+    if markers is not None and context is not None and context.partitionId() == 0:
+        # One row per group, with no data: every group gets visited (pending changes).
+        ids = np.arange(len(job.groups), dtype=np.int64)
+        empty = pa.RecordBatch.from_arrays(
+            [pa.nulls(len(ids), f.type) for f in markers], schema=markers
+        )
+        yield _with_columns(empty, ids, np.ones(len(ids), bool), tag_of[ids])
+
+
+def _nullable(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([f.with_nullable(True) for f in schema])
+
+
+def _with_columns(
+    batch: pa.RecordBatch, ids: np.ndarray, marker: np.ndarray, tags: np.ndarray
+) -> pa.RecordBatch:
+    arrays = [*batch.columns, pa.array(ids), pa.array(marker), pa.array(tags)]
+    fields = [
+        *_nullable(batch.schema),
+        pa.field(GROUP, pa.int64()),
+        pa.field(MARKER, pa.bool_()),
+        pa.field(TAG, pa.int64()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _write_task(
+    job: WriteJob, routed: bool, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    results = run_groups(job, batches, routed=routed)
+    yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(results)], pa.binary())], ["results"])
+
+
+def _write(
+    df: DataFrame, job: WriteJob, weights: list[int], target: int, markers: bool
+) -> list[GroupResult]:
+    part_of = pack_groups(weights, target)
+    partitions = max(part_of) + 1 if part_of else 1
+    tags = partition_tags(partitions)
+    routed_schema = StructType(
+        [StructField(f.name, f.dataType, True, f.metadata) for f in df.schema]
+        + [
+            StructField(GROUP, LongType()),
+            StructField(MARKER, BooleanType()),
+            StructField(TAG, LongType()),
+        ]
+    )
+    marker_schema = None
+    if markers:
+        zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+        marker_schema = _nullable(to_arrow_schema(df.schema, timezone=zone))
+    route_fn = functools.partial(_route_task, job, part_of, tags, marker_schema)
+    routed = df.mapInArrow(route_fn, routed_schema).repartition(partitions, TAG)
+    found = routed.mapInArrow(functools.partial(_write_task, job, True), _RESULTS).collect()
+    return [result for row in found for result in pickle.loads(row["results"])]
+
+
+# -- stage 3: merge underfull tablets -----------------------------------------------
+
+
+def _merge_task(job: WriteJob, span: list[TabletInfo]) -> list[TabletInfo]:
+    with hold_lease(job.lake, job.lease, job.lease_ttl):
+        return merge_leaves(job.open_table(), span)
+
+
+def _spark_merges(
+    spark: SparkSession, job: WriteJob, spans: list[list[TabletInfo]]
+) -> list[list[TabletInfo]]:
+    rdd = spark.sparkContext.parallelize(spans, len(spans))
+    return rdd.map(functools.partial(_merge_task, job)).collect()

@@ -1,0 +1,128 @@
+"""What Spark tasks share within one Python worker: open lakes and held leases.
+
+Nothing unpicklable travels to executors: a task gets a :class:`LakeRef`
+(the URI and store options) and opens the lake itself. Spark reuses Python
+workers between tasks, so connections (with their decoded-node and segment
+caches) are kept per worker process and per lake, and closed at exit.
+
+Leases: the driver takes one reader or writer lease per query; every task
+that reads or writes under it renews it while it runs (a background thread
+per worker renews all leases some running task holds), so the lease lives as
+long as the job does and expires ``ttl`` seconds after its last task.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import threading
+from collections.abc import Iterator
+
+from merkle.db.connection import Connection, connect
+from merkle.errors import UsageError
+from merkle.refs import Lease, LeaseExpiredError
+from merkle.spark.options import LakeRef
+
+__all__ = ["hold_lease", "open_lake"]
+
+_lock = threading.Lock()
+_lakes: dict[LakeRef, Connection] = {}
+
+
+def open_lake(lake: LakeRef) -> Connection:
+    """This worker's connection to ``lake`` (opened once, shared by its tasks)."""
+    with _lock:
+        conn = _lakes.get(lake)
+        if conn is None:
+            conn = connect(lake.uri, create=False, cache_bytes=lake.cache_bytes, **lake.kwargs())
+            _lakes[lake] = conn
+        return conn
+
+
+@atexit.register
+def _close_lakes() -> None:
+    with _lock:
+        conns = list(_lakes.values())
+        _lakes.clear()
+    for conn in conns:
+        with contextlib.suppress(Exception):
+            conn.close()
+
+
+class _Renewer:
+    """Renews the leases that running tasks of this worker hold."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held: dict[str, tuple[LakeRef, Lease, float, int]] = {}
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def enter(self, lake: LakeRef, lease: Lease, ttl: float) -> None:
+        with self.lock:
+            found = self.held.get(lease.id)
+            current = found[1] if found else lease
+            count = found[3] if found else 0
+            if count == 0:
+                current = _renew(lake, current, ttl)  # also proves it has not expired
+            self.held[lease.id] = (lake, current, ttl, count + 1)
+            if self.thread is None or not self.thread.is_alive():
+                self.thread = threading.Thread(
+                    target=self.loop, name="merkle-spark-leases", daemon=True
+                )
+                self.thread.start()
+
+    def leave(self, lease: Lease) -> None:
+        with self.lock:
+            lake, current, ttl, count = self.held[lease.id]
+            if count <= 1:
+                del self.held[lease.id]
+            else:
+                self.held[lease.id] = (lake, current, ttl, count - 1)
+
+    def loop(self) -> None:
+        while True:
+            with self.lock:
+                if not self.held:
+                    self.thread = None
+                    return
+                wait = min(ttl for _, _, ttl, _ in self.held.values()) / 4
+            self.wake.wait(wait)
+            with self.lock:
+                items = list(self.held.items())
+            for lease_id, (lake, lease, ttl, _) in items:
+                with contextlib.suppress(Exception):
+                    renewed = _renew(lake, lease, ttl)
+                    with self.lock:
+                        entry = self.held.get(lease_id)
+                        if entry is not None:
+                            self.held[lease_id] = (entry[0], renewed, entry[2], entry[3])
+
+
+def _renew(lake: LakeRef, lease: Lease, ttl: float) -> Lease:
+    try:
+        return open_lake(lake).leases.renew(lease, ttl)
+    except LeaseExpiredError as exc:
+        what = (
+            f"the read of {lease.db!r} version {lease.version}"
+            if lease.kind == "reader"
+            else "the write"
+        )
+        raise UsageError(
+            f"{what} lost its {lease.kind} lease before this task ran ({exc}); garbage "
+            "collection may have removed blocks it needs: run the job again, with a larger "
+            "lease_ttl option if it waited long"
+        ) from None
+
+
+_renewer = _Renewer()
+
+
+@contextlib.contextmanager
+def hold_lease(lake: LakeRef, lease: Lease, ttl: float) -> Iterator[None]:
+    """Keep ``lease`` renewed while the block runs (UsageError if it already expired)."""
+    _renewer.enter(lake, lease, ttl)
+    try:
+        yield
+    finally:
+        _renewer.leave(lease)

@@ -1,0 +1,233 @@
+"""The options of the ``merkle`` data source, parsed once and checked with clear errors.
+
+Spark hands a data source its options as case-insensitive strings. Every
+option below is merkle-db's own; any other option is a store option for
+:func:`merkle.connect` (for S3: ``endpoint_url``, ``region_name``,
+credentials, timeouts), so a misspelt option is refused by the store with
+the list of valid ones. doc/spark.md lists them all.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from merkle.errors import UsageError
+from merkle.tablets.keys import KeyCodec
+
+__all__ = [
+    "DEFAULT_LEASE_TTL",
+    "DEFAULT_PARTITION_BYTES",
+    "MIN_PARTITION_BYTES",
+    "OWN_OPTIONS",
+    "LakeRef",
+    "ReadOptions",
+    "WriteOptions",
+    "lake_ref",
+    "parse_key",
+    "read_options",
+    "write_options",
+]
+
+#: Bytes of tablets one read partition holds at most (Spark's maxPartitionBytes).
+DEFAULT_PARTITION_BYTES = 128 << 20
+#: A partition is not made smaller than this to spread a small table (Spark's openCostInBytes).
+MIN_PARTITION_BYTES = 4 << 20
+#: Seconds a read's or write's lease lives without a running task renewing it.
+DEFAULT_LEASE_TTL = 900.0
+
+OWN_OPTIONS = frozenset(
+    {
+        "lake",
+        "db",
+        "table",
+        "version",
+        "at",
+        "key",
+        "key_codec",
+        "message",
+        "author",
+        "fields",
+        "mixed",
+        "from_pk",
+        "to_pk",
+        "partition_bytes",
+        "min_partitions",
+        "lease_ttl",
+        "cache_bytes",
+        "path",
+    }
+)
+_NUMBERS = {
+    "bulk_workers": int,
+    "max_attempts": int,
+    "retry_base_delay": float,
+    "connect_timeout": float,
+    "read_timeout": float,
+}
+_FLAGS = {"fsync"}
+MIXED = ("variant", "cbor")
+
+
+@dataclass(frozen=True)
+class LakeRef:
+    """A lake location and the store options to open it with: plain strings and numbers."""
+
+    uri: str
+    options: tuple[tuple[str, Any], ...] = ()
+    cache_bytes: int = 256 << 20
+
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.options)
+
+
+def _need(options: Mapping[str, str], name: str) -> str:
+    value = options.get(name)
+    if value is None or not str(value).strip():
+        raise UsageError(
+            f"the merkle data source needs the option {name!r} "
+            f'(e.g. .option("{name}", ...)); see doc/spark.md'
+        )
+    return str(value)
+
+
+def _number(name: str, text: str, kind: type, least: float) -> Any:
+    try:
+        value = kind(text)
+    except (TypeError, ValueError):
+        raise UsageError(f"option {name!r} must be a number, got {text!r}") from None
+    if value < least:
+        raise UsageError(f"option {name!r} must be at least {least}, got {text!r}")
+    return value
+
+
+def lake_ref(uri: str, options: Mapping[str, Any]) -> LakeRef:
+    """The lake at ``uri`` with the store options among ``options`` (strings converted)."""
+    store: dict[str, Any] = {}
+    cache_bytes = 256 << 20
+    for name, value in options.items():
+        key = name.lower()
+        if key in OWN_OPTIONS:
+            if key == "cache_bytes":
+                cache_bytes = _number(key, str(value), int, 1 << 20)
+            continue
+        if key in _NUMBERS and isinstance(value, str):
+            value = _number(key, value, _NUMBERS[key], 0)
+        elif key in _FLAGS and isinstance(value, str):
+            value = value.strip().lower() in ("1", "true", "yes")
+        store[key] = value
+    return LakeRef(str(uri), tuple(sorted(store.items())), cache_bytes)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    lake: LakeRef
+    db: str
+    table: str
+    version: int | None
+    at: datetime.datetime | None
+    fields: tuple[str, ...] | None
+    mixed: str
+    from_pk: str | None
+    to_pk: str | None
+    partition_bytes: int
+    min_partitions: int
+    lease_ttl: float
+
+
+def read_options(options: Mapping[str, str]) -> ReadOptions:
+    """The read options, checked (UsageError naming the option at fault)."""
+    uri = options.get("lake") or options.get("path")
+    if not uri:
+        _need(options, "lake")
+    version = options.get("version")
+    at_text = options.get("at")
+    if version is not None and at_text is not None:
+        raise UsageError("pass the option 'version' or 'at', not both")
+    at = None
+    if at_text is not None:
+        try:
+            at = datetime.datetime.fromisoformat(str(at_text))
+        except ValueError:
+            raise UsageError(
+                f"option 'at' must be an ISO time such as 2026-01-31T12:00:00Z, got {at_text!r}"
+            ) from None
+    fields = None
+    if options.get("fields") is not None:
+        fields = tuple(f.strip() for f in str(options["fields"]).split(",") if f.strip())
+    mixed = str(options.get("mixed", "variant")).lower()
+    if mixed not in MIXED:
+        raise UsageError(f"option 'mixed' must be one of {MIXED}, got {mixed!r}")
+    return ReadOptions(
+        lake=lake_ref(str(uri), options),
+        db=_need(options, "db"),
+        table=_need(options, "table"),
+        version=None if version is None else _number("version", str(version), int, 0),
+        at=at,
+        fields=fields,
+        mixed=mixed,
+        from_pk=options.get("from_pk"),
+        to_pk=options.get("to_pk"),
+        partition_bytes=_number(
+            "partition_bytes", str(options.get("partition_bytes", DEFAULT_PARTITION_BYTES)), int, 1
+        ),
+        min_partitions=_number(
+            "min_partitions", str(options.get("min_partitions", os.cpu_count() or 2)), int, 1
+        ),
+        lease_ttl=_number("lease_ttl", str(options.get("lease_ttl", DEFAULT_LEASE_TTL)), float, 1),
+    )
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    lake: LakeRef
+    db: str
+    table: str
+    key: str | None
+    key_codec: str | None
+    message: str | None
+    author: str | None
+    lease_ttl: float
+
+
+def write_options(options: Mapping[str, str]) -> WriteOptions:
+    """The write options, checked."""
+    uri = options.get("lake") or options.get("path")
+    if not uri:
+        _need(options, "lake")
+    return WriteOptions(
+        lake=lake_ref(str(uri), options),
+        db=_need(options, "db"),
+        table=_need(options, "table"),
+        key=options.get("key"),
+        key_codec=options.get("key_codec"),
+        message=options.get("message"),
+        author=options.get("author"),
+        lease_ttl=_number("lease_ttl", str(options.get("lease_ttl", DEFAULT_LEASE_TTL)), float, 1),
+    )
+
+
+def parse_key(codec: KeyCodec, text: str, option: str) -> Any:
+    """A key value from option text: a number, a string, hex bytes, an ISO time, a JSON list."""
+    spec = codec.spec
+    try:
+        if spec == "int":
+            return int(text)
+        if spec == "float":
+            return float(text)
+        if spec == "str":
+            return text
+        if spec == "bytes":
+            return bytes.fromhex(text)
+        if spec == "timestamp":
+            return datetime.datetime.fromisoformat(text)
+        return tuple(json.loads(text))
+    except (TypeError, ValueError):
+        raise UsageError(
+            f"option {option!r} is {text!r}, which is not a key of codec {spec!r}: give a "
+            "number, a string, hex bytes, an ISO time or a JSON list as the key type needs"
+        ) from None

@@ -1,0 +1,246 @@
+"""Arrow types of a table as Spark types, and rows converted between the two.
+
+A table's Arrow schema (:func:`merkle.tablets.bulk.arrow_schema`) maps to a
+Spark schema with pyspark's own Arrow conversion: ``int64`` is ``BIGINT``,
+``timestamp[us, tz=UTC]`` is ``TIMESTAMP``, a naive timestamp is
+``TIMESTAMP_NTZ``, lists are arrays, decimals, structs, maps, dates keep
+their Spark types. A schema-free field whose values do not share one type
+(stored as CBOR) is ``VARIANT`` (or, with ``mixed=cbor``, ``BINARY`` holding
+the CBOR bytes, marked in the field's metadata so that a write restores it).
+The key field is never null.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.pandas.types import from_arrow_type, is_variant, to_arrow_schema
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    DecimalType,
+    StringType,
+    StructField,
+    StructType,
+    VariantType,
+    _parse_datatype_json_string,
+)
+
+from merkle.errors import UsageError
+from merkle.spark.variant import VariantError, from_variant, to_variant
+from merkle.tablets.segment import (
+    cbor_column,
+    cbor_field,
+    column_values,
+    is_cbor_field,
+    values_column,
+)
+
+__all__ = [
+    "ENCODING",
+    "RowConverter",
+    "cbor_fields_of",
+    "check_schema",
+    "from_spark",
+    "schema_from_json",
+    "spark_schema",
+]
+
+#: Spark field metadata that marks a BINARY field holding CBOR values.
+ENCODING = "merkle.encoding"
+_VARIANT_FIELDS = [
+    pa.field("value", pa.binary(), nullable=False),
+    pa.field("metadata", pa.binary(), nullable=False, metadata={b"variant": b"true"}),
+]
+_NUMERIC = ("byte", "short", "integer", "long", "float", "double", "decimal")
+
+
+def _spark_type(field: pa.Field, mixed: str, table: str) -> tuple[DataType, dict[str, str]]:
+    if is_cbor_field(field):
+        if mixed == "cbor":
+            return BinaryType(), {ENCODING: "cbor"}
+        return VariantType(), {}
+    kind = field.type
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type  # Spark has no dictionary type: the values (cast when read)
+    try:
+        return from_arrow_type(kind), {}
+    except Exception as exc:  # pyspark raises its own error types
+        raise UsageError(
+            f"field {field.name!r} of table {table!r} has Arrow type {field.type}, which "
+            f"Spark cannot represent ({exc})"
+        ) from None
+
+
+def spark_schema(
+    arrow: pa.Schema, *, key_fields: Sequence[str], mixed: str, table: str
+) -> StructType:
+    """The Spark schema of a table's Arrow schema (see the module doc)."""
+    fields = []
+    for field in arrow:
+        kind, metadata = _spark_type(field, mixed, table)
+        fields.append(StructField(field.name, kind, field.name not in key_fields, metadata))
+    return StructType(fields)
+
+
+def _compatible(stored: StructField, asked: StructField) -> bool:
+    have, want = stored.dataType, asked.dataType
+    if have == want:
+        return True
+    if isinstance(want, VariantType):
+        return True  # any value has a VARIANT form (or a clear error when read)
+    if isinstance(have, VariantType) and isinstance(want, BinaryType):
+        return True  # the CBOR bytes
+    numeric = (have.typeName() in _NUMERIC or isinstance(have, DecimalType)) and (
+        want.typeName() in _NUMERIC or isinstance(want, DecimalType)
+    )
+    if numeric:
+        return True  # cast when read; a value that does not fit is an error then
+    if isinstance(want, StringType) and have.typeName() in ("timestamp", "timestamp_ntz"):
+        return False
+    if isinstance(have, ArrayType) and isinstance(want, ArrayType):
+        return _compatible(
+            StructField("item", have.elementType), StructField("item", want.elementType)
+        )
+    return False
+
+
+def check_schema(asked: StructType, stored: StructType, *, table: str) -> StructType:
+    """A user's schema checked against the table's: each field must exist with a usable type.
+
+    Fields may be left out (a projection) and put in any order; a numeric
+    type may differ (values are cast as they are read), any field may be
+    read as VARIANT, a mixed field as BINARY (its CBOR). UsageError names
+    the first field that does not fit.
+    """
+    by_name = {field.name: field for field in stored}
+    for field in asked:
+        found = by_name.get(field.name)
+        if found is None:
+            raise UsageError(
+                f"the schema names field {field.name!r}, which table {table!r} does not hold "
+                f"(its fields: {', '.join(by_name)})"
+            )
+        if not _compatible(found, field):
+            raise UsageError(
+                f"the schema reads field {field.name!r} of table {table!r} as "
+                f"{field.dataType.simpleString()}, but it holds "
+                f"{found.dataType.simpleString()} values: use that type (or VARIANT)"
+            )
+    return asked
+
+
+def _variant_array(values: list[Any], name: str) -> pa.Array:
+    blobs, metas, nulls = [], [], []
+    placeholder = to_variant(None)
+    for value in values:
+        try:
+            encoded = placeholder if value is None else to_variant(value)
+        except VariantError as exc:
+            raise UsageError(
+                f"field {name!r} holds a value VARIANT cannot hold exactly ({exc}); read the "
+                'table with .option("mixed", "cbor") to get such fields as CBOR bytes'
+            ) from None
+        blobs.append(encoded[0])
+        metas.append(encoded[1])
+        nulls.append(value is None)
+    return pa.StructArray.from_arrays(
+        [pa.array(blobs, pa.binary()), pa.array(metas, pa.binary())],
+        fields=_VARIANT_FIELDS,
+        mask=pa.array(nulls, pa.bool_()),
+    )
+
+
+@dataclass(frozen=True)
+class RowConverter:
+    """Turns a table's rows (segment form) into record batches of one Spark schema.
+
+    Holds the schema as JSON so that it pickles to executors cheaply.
+    """
+
+    schema_json: str
+    stored_cbor: tuple[str, ...]  # fields the table stores as CBOR somewhere
+
+    @classmethod
+    def of(cls, schema: StructType, stored: pa.Schema) -> RowConverter:
+        cbor = tuple(f.name for f in stored if is_cbor_field(f))
+        return cls(schema.json(), cbor)
+
+    def _schema(self) -> StructType:
+        parsed = _parse_datatype_json_string(self.schema_json)
+        assert isinstance(parsed, StructType)
+        return parsed
+
+    def __call__(self, rows: pa.Table, max_rows: int = 1 << 16) -> Iterator[pa.RecordBatch]:
+        schema = self._schema()
+        target = to_arrow_schema(schema, timezone="UTC")
+        n = rows.num_rows
+        columns = []
+        for spark_field, field in zip(schema, target, strict=True):
+            name = field.name
+            if name not in rows.column_names:
+                columns.append(pa.nulls(n, field.type))
+                continue
+            column = rows.column(name)
+            if isinstance(spark_field.dataType, VariantType):
+                columns.append(_variant_array(column_values(rows, name), name))
+            elif spark_field.metadata.get(ENCODING) == "cbor" or (
+                name in self.stored_cbor and isinstance(spark_field.dataType, BinaryType)
+            ):
+                stored = rows.schema.field(name)
+                columns.append(column if is_cbor_field(stored) else cbor_column(rows, name))
+            else:
+                try:
+                    columns.append(column.cast(field.type))
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise UsageError(
+                        f"field {name!r} holds {column.type} values that do not fit the "
+                        f"schema's {spark_field.dataType.simpleString()}: {exc}"
+                    ) from None
+        table = pa.Table.from_arrays(columns, schema=target)
+        yield from table.to_batches(max_chunksize=max_rows)
+
+
+def from_spark(batch: pa.RecordBatch | pa.Table, cbor_fields: Sequence[str] = ()) -> pa.Table:
+    """Spark's Arrow rows as merkle rows: VARIANT columns become values, CBOR fields marked.
+
+    A VARIANT column becomes a native column when its values share one type
+    (as records do), else a CBOR one; a BINARY field named in
+    ``cbor_fields`` (read with ``mixed=cbor``) holds CBOR already. Other
+    columns pass as they are: writing normalises them (doc/format.md).
+    """
+    table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+    fields, columns = [], []
+    for field, column in zip(table.schema, table.columns, strict=True):
+        if pa.types.is_struct(field.type) and is_variant(field.type):
+            values = [
+                None if v is None else from_variant(v["value"], v["metadata"])
+                for v in column.to_pylist()
+            ]
+            new_field, array = values_column(field.name, values)
+            fields.append(new_field)
+            columns.append(array)
+        elif field.name in cbor_fields and pa.types.is_binary(field.type):
+            fields.append(cbor_field(field.name))
+            columns.append(column)
+        else:
+            fields.append(field)
+            columns.append(column)
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def cbor_fields_of(schema: StructType) -> tuple[str, ...]:
+    """Fields a Spark schema marks as CBOR bytes (read with ``mixed=cbor``)."""
+    return tuple(f.name for f in schema if f.metadata.get(ENCODING) == "cbor")
+
+
+def schema_from_json(text: str) -> StructType:
+    parsed = _parse_datatype_json_string(text)
+    if not isinstance(parsed, StructType):
+        raise UsageError(f"not a Spark struct schema: {json.dumps(text)[:80]}")
+    return parsed

@@ -1,0 +1,245 @@
+"""Reading tables with ``spark.read.format("merkle")``: equal to ``db.to_arrow``, always.
+
+Every test here runs on a file lake and on an S3 lake (moto over HTTP),
+through the shared local[2] session.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+import pytest
+from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+import merkle.spark
+from merkle.errors import MerkleError
+from merkle.spark.source import MerkleDataSource
+
+from .helpers import arrow_rows, reader, spark_rows, straddling_table
+
+
+def test_pending_changes_anywhere_are_read_exactly_once(
+    spark: Any, spark_lake: Any, lake_conn: Any
+) -> None:
+    conn = lake_conn(spark_lake)
+    db = straddling_table(conn)
+    df = reader(spark, spark_lake, "shop", "orders").load()
+    got = spark_rows(df, "id")
+    assert got == arrow_rows(db.to_arrow("orders"))
+    ids = [row["id"] for row in got]
+    assert len(ids) == len(set(ids))
+    assert {5, 250, 999} <= set(ids)
+    assert not {150, 305} & set(ids)
+    assert next(r for r in got if r["id"] == 120)["who"] == "updated"
+
+
+FILTERS = [
+    "id = 120",
+    "id = 250",
+    "id < 120",
+    "id <= 120",
+    "id > 350",
+    "id >= 999",
+    "id IN (5, 7, 150, 250, 301, 999, 12345)",
+    "id BETWEEN 140 AND 310",
+    "id > 100 AND id < 105",
+    "id >= 150 AND id <= 150",
+    "id > 400 AND id < 300",
+    "id = 120 OR id = 999",
+    "id <> 120",
+    "amount > 200",
+]
+
+
+@pytest.mark.parametrize("where", FILTERS)
+def test_key_filters_equal_python_filtering(
+    spark: Any, file_lake: Any, lake_conn: Any, where: str
+) -> None:
+    conn = lake_conn(file_lake)
+    db = straddling_table(conn)
+    df = reader(spark, file_lake, "shop", "orders").load().where(where)
+    expected = [r for r in arrow_rows(db.to_arrow("orders")) if _matches(where, r)]
+    assert spark_rows(df, "id") == expected
+
+
+def _matches(where: str, row: dict[str, Any]) -> bool:
+    expr = where.replace("<>", "!=").replace(" AND ", " and ").replace(" OR ", " or ")
+    expr = expr.replace(" IN ", " in ").replace(" = ", " == ")
+    if "BETWEEN" in expr:
+        lo, hi = expr.split("BETWEEN")[1].split(" and ")
+        return int(lo) <= row["id"] <= int(hi)
+    return bool(eval(expr, {}, dict(row)))
+
+
+def test_key_filters_are_pushed_and_prune_tablets(
+    spark: Any, file_lake: Any, lake_conn: Any
+) -> None:
+    conn = lake_conn(file_lake)
+    straddling_table(conn)
+    from pyspark.sql.datasource import EqualTo, GreaterThan, LessThanOrEqual
+
+    source = MerkleDataSource(
+        {"lake": file_lake.uri, "db": "shop", "table": "orders", "partition_bytes": "1"}
+    )
+    reader_ = source.reader(source.schema())
+    every = reader_.partitions()
+    assert len(every) == 4  # one per tablet: pending keys go to the tablet whose range holds them
+    filters = [GreaterThan(("id",), 120), LessThanOrEqual(("id",), 160), EqualTo(("who",), "x")]
+    rest = list(reader_.pushFilters(filters))
+    assert rest == [filters[2]]  # the key filters are handled by the source
+    assert len(reader_.partitions()) == 2  # only the tablets over 100-149 and 150-199
+
+
+def test_options_key_range_and_fields(spark: Any, spark_lake: Any, lake_conn: Any) -> None:
+    conn = lake_conn(spark_lake)
+    db = straddling_table(conn)
+    df = reader(
+        spark, spark_lake, "shop", "orders", from_pk="120", to_pk="310", fields="who"
+    ).load()
+    assert df.columns == ["id", "who"]
+    expected = arrow_rows(db.to_arrow("orders", fields=["who"], from_pk=120, to_pk=310))
+    assert spark_rows(df, "id") == expected
+
+
+def test_versions_and_time_travel(spark: Any, file_lake: Any, lake_conn: Any) -> None:
+    conn = lake_conn(file_lake)
+    db = straddling_table(conn)
+    old = db.version
+    when = conn.history("shop")[0].time
+    db.write("orders", [{"id": 1, "who": "new"}]).delete("orders", [999]).commit()
+    then = reader(spark, file_lake, "shop", "orders", version=str(old)).load()
+    assert spark_rows(then, "id") == arrow_rows(db.to_arrow("orders"))
+    at = reader(spark, file_lake, "shop", "orders", at=when.isoformat()).load()
+    assert spark_rows(at, "id") == arrow_rows(db.to_arrow("orders"))
+    now = reader(spark, file_lake, "shop", "orders").load()
+    assert {r["id"] for r in spark_rows(now, "id")} >= {1}
+
+
+def test_types_map_to_spark_types(spark: Any, spark_lake: Any, lake_conn: Any) -> None:
+    conn = lake_conn(spark_lake)
+    naive = datetime.datetime(2024, 5, 6, 7, 8, 9, 123456)
+    aware = datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.UTC)
+    records = [
+        {
+            "k": "a",
+            "i": 1,
+            "f": 1.5,
+            "b": True,
+            "s": "x",
+            "y": b"\x00\x01",
+            "n": naive,
+            "t": aware,
+            "l": [1, 2],
+            "ls": ["p"],
+            "mixed": 1,
+        },
+        {
+            "k": "b",
+            "i": -2,
+            "f": -0.0,
+            "b": False,
+            "s": "",
+            "y": b"",
+            "n": naive,
+            "t": aware,
+            "l": [],
+            "mixed": "two",
+        },
+        {"k": "c", "mixed": {"deep": [1.5, None, "x"]}},
+    ]
+    db = conn.create_db("types").create_table("t", key="k", schema_free=["mixed"])
+    db = db.write("t", records).commit()
+    df = reader(spark, spark_lake, "types", "t").load()
+    types = {f.name: f.dataType.simpleString() for f in df.schema}
+    assert types == {
+        "k": "string",
+        "b": "boolean",
+        "f": "double",
+        "i": "bigint",
+        "l": "array<bigint>",
+        "ls": "array<string>",
+        "mixed": "variant",
+        "n": "timestamp_ntz",
+        "s": "string",
+        "t": "timestamp",
+        "y": "binary",
+    }
+    assert not df.schema["k"].nullable
+    rows = {row["k"]: row for row in df.collect()}
+    assert rows["a"]["n"] == naive
+    assert rows["a"]["t"].replace(tzinfo=datetime.UTC) == aware  # collect() gives session time
+    assert rows["a"]["mixed"].toPython() == 1
+    assert rows["b"]["mixed"].toPython() == "two"
+    assert rows["c"]["mixed"].toPython() == {"deep": [1.5, None, "x"]}
+    json_rows = df.selectExpr("k", "to_json(mixed) AS j").orderBy("k").collect()
+    assert [r["j"] for r in json_rows] == ["1", '"two"', '{"deep":[1.5,null,"x"]}']
+    cbor = reader(spark, spark_lake, "types", "t", mixed="cbor").load()
+    assert cbor.schema["mixed"].dataType.simpleString() == "binary"
+    assert db.get_records("t", ["a"])["a"]["mixed"] == 1
+
+
+def test_typed_columns_keep_their_types(spark: Any, file_lake: Any, lake_conn: Any) -> None:
+    import decimal
+
+    import pyarrow as pa
+
+    conn = lake_conn(file_lake)
+    rows = pa.table(
+        {
+            "k": pa.array([1, 2], pa.int32()),
+            "d": pa.array([decimal.Decimal("1.25"), None], pa.decimal128(10, 2)),
+            "day": pa.array([datetime.date(2024, 1, 2), datetime.date(1999, 12, 31)]),
+            "s": pa.array([{"a": 1, "b": "x"}, {"a": 2, "b": None}]),
+            "t": pa.array([0, 1000], pa.timestamp("ms", tz="Europe/Berlin")),
+            "tag": pa.array(["x", "y"]).dictionary_encode(),
+        }
+    )
+    db = conn.create_db("typed").create_table("t", key="k").write("t", rows).commit()
+    df = reader(spark, file_lake, "typed", "t").load()
+    types = {f.name: f.dataType.simpleString() for f in df.schema}
+    assert types == {
+        "k": "int",
+        "d": "decimal(10,2)",
+        "day": "date",
+        "s": "struct<a:bigint,b:string>",
+        "t": "timestamp",
+        "tag": "string",
+    }
+    got = {r["k"]: r.asDict(recursive=True) for r in df.collect()}
+    assert got[1]["d"] == decimal.Decimal("1.25")
+    assert got[2]["day"] == datetime.date(1999, 12, 31)
+    assert got[1]["s"] == {"a": 1, "b": "x"}
+    assert got[2]["tag"] == "y"
+    copied = merkle.spark.write(df, file_lake.uri, "typed", "copy", key="k")
+    back = copied.to_arrow("copy")
+    assert back.drop_columns(["t", "tag"]).to_pylist() == (
+        db.to_arrow("t").drop_columns(["t", "tag"]).to_pylist()
+    )
+    assert back.schema.field("t").type == pa.timestamp("us", tz="UTC")  # Spark's TIMESTAMP
+    assert back.column("tag").to_pylist() == ["x", "y"]
+
+
+def test_user_schema_is_checked_and_projects(spark: Any, file_lake: Any, lake_conn: Any) -> None:
+    conn = lake_conn(file_lake)
+    db = straddling_table(conn)
+    good = StructType([StructField("id", LongType(), False), StructField("who", StringType())])
+    df = reader(spark, file_lake, "shop", "orders").schema(good).load()
+    assert spark_rows(df, "id") == arrow_rows(db.to_arrow("orders", fields=["who"]))
+    unknown = StructType([StructField("id", LongType()), StructField("nope", StringType())])
+    with pytest.raises(Exception, match="nope"):
+        reader(spark, file_lake, "shop", "orders").schema(unknown).load().collect()
+    wrong = StructType([StructField("id", LongType()), StructField("amount", StringType())])
+    with pytest.raises(Exception, match="amount"):
+        reader(spark, file_lake, "shop", "orders").schema(wrong).load().collect()
+
+
+def test_bad_options_say_what_to_do(spark: Any, file_lake: Any, lake_conn: Any) -> None:
+    straddling_table(lake_conn(file_lake))
+    with pytest.raises(Exception, match="'table'"):
+        spark.read.format("merkle").option("lake", file_lake.uri).option("db", "shop").load()
+    with pytest.raises(Exception, match="no table 'nope'"):
+        reader(spark, file_lake, "shop", "nope").load()
+    with pytest.raises(Exception, match="unknown options"):
+        reader(spark, file_lake, "shop", "orders", endpoint="x").load()
+    assert issubclass(MerkleError, Exception)
