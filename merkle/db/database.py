@@ -29,7 +29,7 @@ from merkle.db.inputs import (
     check_metadata,
     check_table_name,
 )
-from merkle.db.landing import BlockItems, land
+from merkle.db.landing import land_commit
 from merkle.db.noop import changes_nothing
 from merkle.db.ops import (
     AlterDbMeta,
@@ -555,7 +555,7 @@ class Database(RecordOps):
         conn = self._conn
         for attempt in range(MAX_COMMIT_ATTEMPTS):
             try:
-                entry = db._land(author, message, ticket)
+                entry = land_commit(db, author, message, ticket)
             except JournalConflictError as exc:
                 conflict: ConflictError = exc
             except MissingBlockError as exc:
@@ -581,32 +581,6 @@ class Database(RecordOps):
             f"gave up committing to database {self.name!r} after {MAX_COMMIT_ATTEMPTS} "
             "attempts: other writers kept committing first"
         )
-
-    def _land(
-        self, author: str | None, message: str | None, ticket: WriterTicket | None = None
-    ) -> JournalEntry:
-        """Write this value's blocks and its journal entry; JournalConflictError if it moved."""
-        conn, staging = self._conn, self._staging
-        root = CID.of(b"")  # set under the lease, below
-
-        def write_blocks(ticket: WriterTicket, first: bool) -> BlockItems:
-            nonlocal root
-            if first:
-                # Built under the lease: a bulk write's pages go to the lake as they
-                # are made (staging.writing_early), overlapping encoding and writing.
-                with staging.writing_early(ticket.lease.start):
-                    root = self._save_root()
-            else:
-                staging.check_sent()
-            # The other blocks are written with the entry, in one round of flushes.
-            return staging.unwritten([root], refresh_before=ticket.lease.start)[1]
-
-        def put_entry(blocks: BlockItems) -> JournalEntry:
-            return conn.refs.commit(
-                self.name, self.version, str(root), author=author, message=message, before=blocks
-            )
-
-        return land(conn, self.name, write_blocks, put_entry, ticket=ticket)
 
     def _replay(self, head: Database) -> Database:
         db = head

@@ -138,29 +138,32 @@ class StagedBlocks(BlockStore):
         with self._lock:
             self._foreign.update(cids)
 
-    def check_sent(self) -> None:
-        """Raise :class:`NotFoundError` if a block written early is gone from the lake.
+    def lost(self, roots: Sequence[CID]) -> list[CID]:
+        """Blocks ``roots`` reach that this transaction cannot write again and the lake
+        no longer holds: written early (their bytes left memory once stored), or
+        foreign (with what they reach; at most one of these is named).
 
-        After a collection went on without this writer's lease, what it
-        wrote early may have been removed, and its bytes are no longer here
-        to write again.
+        Early blocks the roots do not reach (made and then superseded within
+        this commit) are not asked about: nothing needs them.
         """
-        with self._lock:
-            sent = list(self._sent)
+        _, foreign, sent = self._walk(roots)
         there = self.base.present(sent, refresh_before=None)
         lost = [cid for cid, found in zip(sent, there, strict=True) if not found]
-        if lost:
-            raise NotFoundError(
-                f"block {lost[0]} (written before this commit's entry) is missing from "
-                f"{self.base.store.uri}: a garbage collection went on without this writer "
-                "and removed it; write the data again"
-            )
+        below = missing_below(self.base, foreign) if foreign else None
+        return lost if below is None else [*lost, below]
 
     def reachable(self, roots: Sequence[CID]) -> tuple[list[tuple[CID, bytes]], list[CID]]:
         """The staged blocks reachable from ``roots``, and the foreign blocks they link."""
+        found, foreign, _ = self._walk(roots)
+        return found, foreign
+
+    def _walk(self, roots: Sequence[CID]) -> tuple[list[tuple[CID, bytes]], list[CID], list[CID]]:
+        """What ``roots`` reach through staged nodes: the staged blocks, the foreign
+        blocks, and the blocks written early (raw pages: nothing below them)."""
         seen: set[CID] = set()
         found: list[tuple[CID, bytes]] = []
         foreign: list[CID] = []
+        sent: list[CID] = []
         stack = list(roots)
         while stack:
             cid = stack.pop()
@@ -171,12 +174,14 @@ class StagedBlocks(BlockStore):
             if data is None:
                 if cid in self._foreign:
                     foreign.append(cid)
+                elif cid in self._sent:
+                    sent.append(cid)
                 continue  # already in the lake
             found.append((cid, data))
             if cid.codec == DAG_CBOR:
                 node = self.node_cache.get(cid.bytes)
                 stack.extend(iter_links(node if node is not None else decode_node(data)))
-        return found, foreign
+        return found, foreign, sent
 
     def flush_reachable(self, roots: Sequence[CID], *, refresh_before: float | None) -> int:
         """Write the staged blocks ``roots`` reach, and prove the foreign ones stored.
@@ -192,19 +197,20 @@ class StagedBlocks(BlockStore):
         return len(blocks)
 
     def unwritten(
-        self, roots: Sequence[CID], *, refresh_before: float | None
+        self, roots: Sequence[CID], *, refresh_before: float | None, prove_foreign: bool = True
     ) -> tuple[list[tuple[CID, bytes]], list[tuple[str, bytes]]]:
         """What :meth:`flush_reachable` needs, without writing: the staged blocks ``roots``
         reach, and the (object key, bytes) of those the lake lacks.
 
         A commit writes the latter in one round with its journal entry
         (``RefManager.commit(before=...)``). Refreshes the blocks found
-        stored and proves the foreign ones stored, as a flush does.
+        stored and proves the foreign ones stored, as a flush does (unless
+        ``prove_foreign`` is False: a commit already landed asks :meth:`lost`).
         """
         blocks, foreign = self.reachable(roots)
         # Hashed when staged (put_many above): no second pass over the bytes.
         missing = self.base.absent(blocks, refresh_before=refresh_before)
-        if foreign:
+        if foreign and prove_foreign:
             lost = missing_below(self.base, foreign)
             if lost is None:
                 # Found, not written: another process's write may be visible before it

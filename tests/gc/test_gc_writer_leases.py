@@ -59,19 +59,20 @@ def _hook(obj: Any, name: str, before: Callable[[], None], monkeypatch: pytest.M
     monkeypatch.setattr(obj, name, hooked)
 
 
-class RevertWriter:
-    """A thread committing ROWS_A again (a revert), stopped at chosen points of its commit."""
+class CommitThread:
+    """A thread committing ``db`` with ``message``, stopped at chosen points of its commit
+    by hooks; :meth:`join` gives its result or raises its error."""
 
-    def __init__(self, conn: merkle.Connection) -> None:
-        self.db = conn.open_db("shop").write("t", ROWS_A)
-        self.conn = conn
+    def __init__(self, db: merkle.Database, message: str) -> None:
+        self.db = db
+        self.message = message
         self.result: merkle.Database | None = None
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="revert-writer")
+        self.thread = threading.Thread(target=self._run, name=f"{message}-writer")
 
     def _run(self) -> None:
         try:
-            self.result = self.db.commit(message="revert")
+            self.result = self.db.commit(message=self.message)
         except BaseException as exc:
             self.error = exc
 
@@ -82,6 +83,14 @@ class RevertWriter:
             raise self.error
         assert self.result is not None
         return self.result
+
+
+class RevertWriter(CommitThread):
+    """A thread committing ROWS_A again (a revert), stopped at chosen points of its commit."""
+
+    def __init__(self, conn: merkle.Connection) -> None:
+        super().__init__(conn.open_db("shop").write("t", ROWS_A), "revert")
+        self.conn = conn
 
 
 def _wait(event: threading.Event, what: str) -> None:
