@@ -164,10 +164,24 @@ class Connection:
         return self.refs.list_dbs()
 
     def history(self, name: str, limit: int | None = None) -> list[JournalEntry]:
-        """Committed versions of a database, newest first (``.version .root .time ...``)."""
+        """Committed versions of a database, newest first (``.version .root .time ...``).
+
+        Versions that retention trimmed from the journal but a tag keeps are
+        listed too (from the tag's copy of their entry), below the journal's.
+        """
         entries = self.refs.history(name, limit)
         if not entries:
             raise NotFoundError(f"there is no database {name!r} in {self.uri}")
+        if limit is not None and len(entries) >= limit:
+            return entries
+        oldest = entries[-1].version
+        kept = {
+            tag.version: tag.entry
+            for tag in self.tag_refs.list(name)
+            if tag.entry is not None and tag.version < oldest
+        }
+        tagged = [kept[v] for v in sorted(kept, reverse=True)]
+        entries += tagged if limit is None else tagged[: limit - len(entries)]
         return entries
 
     def _database(self, entry: JournalEntry) -> Database:

@@ -28,7 +28,7 @@
    is still ours and re-read each candidate's timestamp (one that is gone,
    or was refreshed by a writer reusing it, is spared).
 8. Remove expired leases and crash leftovers (temporary files older than the
-   grace period); save the report under ``gc/``.
+   grace period and than :data:`TEMPORARY_MIN_AGE`); save the report under ``gc/``.
 
 A dry run does steps 1-3 and 6 without the lock (counting live writer
 leases in the cutoff instead of waiting for them) and deletes and trims
@@ -79,6 +79,10 @@ LOCK_TTL = 30.0
 #: How long a collection waits for live writer leases before it goes on
 #: without them (fencing them off); a killed writer's lease runs out sooner.
 WRITER_WAIT = 60.0
+#: A temporary file younger than this may be a write in flight (lease files are
+#: written without a lease), so GC never removes it, whatever the grace period:
+#: a grace of "0s" must not fail a concurrent writer's rename.
+TEMPORARY_MIN_AGE = 600.0
 
 
 def journal_names(conn: Connection) -> list[str]:
@@ -372,9 +376,8 @@ def _collect(
     run.phase("sweep")
     leases.reap_expired()
     lock.ensure_held()
-    temporaries, temporary_bytes = conn.store.remove_stale_temporaries(
-        timing.now() - run.policy.grace.total_seconds()
-    )
+    age = max(run.policy.grace.total_seconds(), TEMPORARY_MIN_AGE)
+    temporaries, temporary_bytes = conn.store.remove_stale_temporaries(timing.now() - age)
     report.temporaries_removed = temporaries
     report.temporary_bytes_removed = temporary_bytes
     run.phase("cleanup")

@@ -142,3 +142,22 @@ def test_gc_removes_temporary_files_older_than_the_grace_period(tmp_path: Path) 
         assert not old.exists()
         assert young.exists(), "a writer may still be about to rename it"
         assert "removed 1 leftover temporary file" in report.summary()
+
+
+def test_gc_with_no_grace_spares_a_temporary_file_a_writer_is_about_to_rename(
+    tmp_path: Path,
+) -> None:
+    """With ``grace="0s"`` GC removed a lease file's temporary between its write and its
+    link, and the concurrent writer's commit failed (tests/gc/test_gc_concurrency.py
+    found it): a temporary younger than ten minutes is a write in flight."""
+    lake = tmp_path / "lake"
+    with merkle.connect(lake.as_uri()) as conn:
+        commits(conn, 2)
+        leases = lake / "leases"
+        leases.mkdir(exist_ok=True)
+        in_flight = leases / f".tmp-{'c' * 32}"
+        in_flight.write_bytes(b"lease")
+        os.utime(in_flight, (time.time() - 60, time.time() - 60))
+        report = merkle.gc(conn, keep_versions=1, grace="0s")
+        assert in_flight.exists()
+        assert report.temporaries_removed == 0

@@ -40,6 +40,11 @@ def test_gc_with_keep_versions_1_keeps_a_tagged_version_readable_and_reports_it(
     assert list(conn.open_db("shop", version=3).scan("t")) == expected
     with pytest.raises(NotFoundError, match="removed by retention"):
         conn.open_db("shop", version=2)
+    # history lists it below the journal's versions (trimmed from the journal, kept by the tag)
+    head = conn.open_db("shop")
+    assert [e.version for e in conn.history("shop")] == [head.version, 3]
+    assert conn.history("shop")[-1].root == tagged.root
+    assert [e.version for e in conn.history("shop", limit=1)] == [head.version]
     assert merkle.verify(conn).ok
     # Again: the tag still holds, whatever the retention.
     merkle.gc(conn, keep_versions=1, grace="0s")
