@@ -14,7 +14,6 @@ are the canonical encoding, for blocks that come from outside.
 
 from __future__ import annotations
 
-import importlib.metadata
 import io
 from collections.abc import Callable, Collection, Iterator
 from typing import Any, Final
@@ -106,7 +105,21 @@ _CBOR2_BUILTIN_TAGS: Final = (
     43000, 55799,
 )  # fmt: skip
 
-_CBOR2_MAJOR: Final = int(importlib.metadata.version("cbor2").split(".", 1)[0])
+
+def _cbor2_major() -> int:
+    """6 when cbor2 takes ``semantic_decoders`` (cbor2 6), else 5.
+
+    Asked of cbor2 itself, not of its package metadata: reading that imports
+    ``importlib.metadata``, tens of milliseconds at every command's start.
+    """
+    try:
+        cbor2.loads(b"\xf6", semantic_decoders={})
+    except TypeError:
+        return 5
+    return 6
+
+
+_CBOR2_MAJOR: Final = _cbor2_major()
 
 _LOADS_OPTIONS: Final[dict[str, Any]] = (
     {

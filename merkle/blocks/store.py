@@ -26,6 +26,8 @@ __all__ = ["BLOCK_PREFIX", "BlockStore", "MissingBlockError"]
 BLOCK_PREFIX = "blocks/"
 
 _DEFAULT_CACHE_BYTES = 64 << 20
+#: Up to this many blocks, a local store's stats run inline (a pool hand-off costs more).
+_INLINE_STATS = 16
 
 
 class MissingBlockError(NotFoundError):
@@ -95,8 +97,14 @@ class BlockStore:
         blocks: Iterable[tuple[bytes, str | int]],
         *,
         refresh_before: float | None = None,
+        early: bool = False,
     ) -> list[CID]:
-        """Store several blocks concurrently; every one is durable when this returns."""
+        """Store several blocks concurrently; every one is durable when this returns.
+
+        ``early`` says the blocks are final and their bytes will not be asked
+        for again soon (a bulk write's pages): a store that holds writes back
+        (a transaction's staging area) may send them on at once.
+        """
         cids: list[CID] = []
         pending: dict[str, bytes] = {}
         for data, codec in blocks:
@@ -120,21 +128,39 @@ class BlockStore:
         """
         self._store_absent({self.key(cid): data for cid, data in blocks}, refresh_before)
 
+    def absent(
+        self, blocks: Iterable[tuple[CID, bytes]], *, refresh_before: float | None
+    ) -> list[tuple[str, bytes]]:
+        """The (object key, bytes) of the blocks not stored yet; refreshes the others.
+
+        For a caller that writes them itself, together with what must follow
+        them (a commit writes them in one round with its journal entry). Like
+        :meth:`put_hashed`, only for CIDs this process computed from the bytes.
+        """
+        return self._absent({self.key(cid): data for cid, data in blocks}, refresh_before)
+
+    def _absent(
+        self, pending: dict[str, bytes], refresh_before: float | None
+    ) -> list[tuple[str, bytes]]:
+        if not pending:
+            return []
+        keys = list(pending)
+        if self.store.local and len(keys) <= _INLINE_STATS:
+            present = [self._refresh(key, refresh_before) for key in keys]
+        else:
+            present = self.store.map_bulk(lambda key: self._refresh(key, refresh_before), keys)
+        found = [key for key, there in zip(keys, present, strict=True) if there]
+        if found:
+            # Perhaps written by another process that has not made them durable yet:
+            # what this caller commits next must not outlive them.
+            self.store.make_durable(found)
+        return [(key, pending[key]) for key, there in zip(keys, present, strict=True) if not there]
+
     def _store_absent(self, pending: dict[str, bytes], refresh_before: float | None) -> None:
         """Write the blocks not yet stored; refresh old timestamps of those that are."""
-        if pending:
-            keys = list(pending)
-            present: list[bool] = self.store.map_bulk(
-                lambda key: self._refresh(key, refresh_before), keys
-            )
-            found = [key for key, there in zip(keys, present, strict=True) if there]
-            missing = [key for key, there in zip(keys, present, strict=True) if not there]
-            if found:
-                # Perhaps written by another process that has not made them durable yet:
-                # what this caller commits next must not outlive them.
-                self.store.make_durable(found)
-            if missing:
-                self.store.put_many((key, pending[key]) for key in missing)
+        missing = self._absent(pending, refresh_before)
+        if missing:
+            self.store.put_many(missing)
 
     def _refresh(self, key: str, refresh_before: float | None) -> bool:
         """Whether the block is present (refreshing an old timestamp), else it must be written."""

@@ -1,29 +1,66 @@
 """The ``merkle`` click group and the entry point of the console script.
 
 Each command group lives in its own module (``db.py``, ``table.py``,
-``load.py``, ``read.py``, ``compact.py``) and is registered on :data:`cli`
+``load.py``, ``read.py``, ``compact.py``) and is named in :data:`COMMANDS`
 below. A new command (``merkle gc``, ``merkle verify``) is a new module whose
 click command is added to :data:`COMMANDS`; it uses ``merkle.cli.common``
 (``connection()``, ``CliError``, option decorators) and ``merkle.cli.output``
 (``emit_rows``/``emit_record``, ``format_option``) like the others, so errors
 and output look the same everywhere.
+
+A command's module is imported only when that command runs (or ``--help``
+lists them all): ``merkle get`` does not pay for the CSV and Parquet readers
+of ``merkle load``, nor ``merkle scan`` for the CAR code of ``merkle export``.
 """
 
 from __future__ import annotations
+
+import importlib
+import importlib.abc
+import sys
+from typing import Any
 
 import click
 
 from merkle import __version__
 from merkle.cli.common import CliState, MerkleGroup, parse_store_option
-from merkle.cli.compact import compact
-from merkle.cli.db import db
-from merkle.cli.gc import gc, verify
-from merkle.cli.load import load
-from merkle.cli.read import get, scan
-from merkle.cli.table import table
-from merkle.cli.versions import COMMANDS as VERSION_COMMANDS
 
 __all__ = ["COMMANDS", "cli", "main"]
+
+#: Every subcommand of ``merkle``: its name and where it is defined.
+COMMANDS: dict[str, str] = {
+    "db": "merkle.cli.db:db",
+    "table": "merkle.cli.table:table",
+    "load": "merkle.cli.load:load",
+    "scan": "merkle.cli.read:scan",
+    "get": "merkle.cli.read:get",
+    "compact": "merkle.cli.compact:compact",
+    "gc": "merkle.cli.gc:gc",
+    "verify": "merkle.cli.gc:verify",
+    "diff": "merkle.cli.versions:diff",
+    "merge": "merkle.cli.versions:merge",
+    "tag": "merkle.cli.versions:tag",
+    "push": "merkle.cli.versions:push",
+    "pull": "merkle.cli.versions:pull",
+    "export": "merkle.cli.versions:export",
+    "import": "merkle.cli.versions:import_",
+}
+
+
+class _Commands(MerkleGroup):
+    """The root group: each subcommand's module is imported when the command is used."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        where = COMMANDS.get(name)
+        if where is None:
+            return None
+        module, attribute = where.split(":")
+        command = getattr(importlib.import_module(module), attribute)
+        assert isinstance(command, click.Command)
+        return command
 
 
 def _store_options(
@@ -32,7 +69,7 @@ def _store_options(
     return dict(parse_store_option(text) for text in values)
 
 
-@click.group(cls=MerkleGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="merkle")
 @click.option(
     "--lake",
@@ -56,24 +93,22 @@ def cli(ctx: click.Context, lake: str | None, options: dict[str, object]) -> Non
     ctx.obj = CliState(lake, dict(options))
 
 
-#: Every subcommand of ``merkle``, in the order ``merkle --help`` lists them
-#: (click sorts them by name).
-COMMANDS: list[click.Command] = [
-    db,
-    table,
-    load,
-    scan,
-    get,
-    compact,
-    gc,
-    verify,
-    *VERSION_COMMANDS,
-]
+class _NoPandas(importlib.abc.MetaPathFinder):
+    """Keeps pandas out of the command line's process.
 
-for _command in COMMANDS:
-    cli.add_command(_command)
+    pyarrow imports pandas (when it is installed) the first time it builds
+    an array, only to check whether its input is a pandas object: a fifth of
+    a second at every start. No command hands pyarrow a pandas object, so the
+    command line (not the library) tells that check pandas is absent.
+    """
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"the merkle command line does not use {name}", name=name)
 
 
 def main() -> None:
     """Run the command line."""
+    if "pandas" not in sys.modules:
+        sys.meta_path.insert(0, _NoPandas())
     cli()

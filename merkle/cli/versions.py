@@ -20,7 +20,6 @@ from merkle.cli.common import (
     say,
 )
 from merkle.cli.output import emit_rows, format_option
-from merkle.transfer import export_car, import_car
 
 __all__ = ["COMMANDS", "diff", "export", "import_", "merge", "pull", "push", "tag"]
 
@@ -213,7 +212,7 @@ def pull(lake: str, db: str, as_name: str | None, version: int | None) -> None:
 )
 def export(db: str, file: str, version: int | None) -> None:
     """Write a version of DB to FILE as a CAR v1 archive (root: the database root)."""
-    report = export_car(connection(), db, file, version=version)
+    report = _transfer().export_car(connection(), db, file, version=version)
     size = f"{report.blocks:,} blocks, {report.bytes:,} bytes"
     say(f"exported {db!r} to {file}: {size}, root {report.root}")
 
@@ -224,8 +223,15 @@ def export(db: str, file: str, version: int | None) -> None:
 @commit_options
 def import_(file: str, db: str, message: str | None, author: str | None) -> None:
     """Create database DB from the CAR v1 archive FILE (every block verified first)."""
-    made = import_car(connection(create=True), file, db, message=message, author=author)
+    made = _transfer().import_car(connection(create=True), file, db, message=message, author=author)
     say(f"imported {file} as database {db!r} (version {made.version}, root {made.root})")
 
 
 COMMANDS: list[click.Command] = [diff, merge, tag, push, pull, export, import_]
+
+
+def _transfer() -> Any:
+    """:mod:`merkle.transfer` (CAR files pull in multiformats: imported when used)."""
+    import merkle.transfer
+
+    return merkle.transfer

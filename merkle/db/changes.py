@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from merkle.db.inputs import as_arrow, as_rows, is_arrow_like
 from merkle.errors import UsageError
+from merkle.lazy import compute as pc
 from merkle.tablets.conform import KeyLayout, conform_records
 from merkle.tablets.rows import SortedRows, sort_rows
 from merkle.tablets.schema import is_free, storage_type

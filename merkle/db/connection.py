@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable
 from datetime import datetime
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from merkle.blocks.cid import CID
 from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
@@ -22,7 +22,6 @@ from merkle.blocks.walk import missing_below
 from merkle.db.database import Database
 from merkle.db.dbroot import DbRoot
 from merkle.db.inputs import check_metadata
-from merkle.db.merge import Resolver, merge
 from merkle.db.readers import ReaderLeaseKeeper
 from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError
 from merkle.refs import (
@@ -38,6 +37,9 @@ from merkle.refs import (
 )
 from merkle.storage.base import ObjectStore, open_store
 from merkle.tablets.store import DEFAULT_WORKERS, TableStore
+
+if TYPE_CHECKING:
+    from merkle.db.merge import Resolver
 
 __all__ = ["Connection", "connect"]
 
@@ -482,6 +484,8 @@ class Connection:
         (MergeConflictError), ``"ours"``, ``"theirs"`` or a function of one
         conflict. Returns the new head of ``into``.
         """
+        from merkle.db.merge import merge  # three-way merges: imported when one runs
+
         return merge(self, source, into, base=base, resolve=resolve, message=message, author=author)
 
     def drop_db(

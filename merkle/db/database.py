@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from merkle.blocks.cid import CID
+from merkle.blocks.store import MissingBlockError
 from merkle.db.dbroot import DbRoot
-from merkle.db.diff import DatabaseDiff, diff_databases
 from merkle.db.inputs import (
     as_rows,
     check_fields,
@@ -29,7 +29,7 @@ from merkle.db.inputs import (
     check_metadata,
     check_table_name,
 )
-from merkle.db.landing import land
+from merkle.db.landing import land_commit
 from merkle.db.noop import changes_nothing
 from merkle.db.ops import (
     AlterDbMeta,
@@ -60,6 +60,7 @@ from merkle.tablets.table import Table, check_limits
 
 if TYPE_CHECKING:
     from merkle.db.connection import Connection
+    from merkle.db.diff import DatabaseDiff
 
 __all__ = ["Database"]
 
@@ -492,6 +493,8 @@ class Database(RecordOps):
     ) -> DatabaseDiff:
         """The changes from ``other`` (a Database, a version number of this database, or
         the name of a database of the lake) to this value: see :mod:`merkle.db.diff`."""
+        from merkle.db.diff import diff_databases  # the diff machinery: only when asked
+
         return diff_databases(self, other, table=table, fields=check_fields(fields))
 
     def describe(self) -> dict[str, Any]:
@@ -552,9 +555,17 @@ class Database(RecordOps):
         conn = self._conn
         for attempt in range(MAX_COMMIT_ATTEMPTS):
             try:
-                entry = db._land(author, message, ticket)
+                entry = land_commit(db, author, message, ticket)
             except JournalConflictError as exc:
                 conflict: ConflictError = exc
+            except MissingBlockError as exc:
+                # The root is built under the writer lease, after waiting out a running
+                # collection: one that trimmed this transaction's base version (others
+                # committed since) may have removed its blocks. That is a moved head.
+                head = conn.refs.head(db.name)
+                if head is None or head.version == db.version:
+                    raise
+                conflict = JournalConflictError(db.name, db.version, head.version, str(exc))
             else:
                 self._committed = conn._database(entry)
                 return self._committed
@@ -570,23 +581,6 @@ class Database(RecordOps):
             f"gave up committing to database {self.name!r} after {MAX_COMMIT_ATTEMPTS} "
             "attempts: other writers kept committing first"
         )
-
-    def _land(
-        self, author: str | None, message: str | None, ticket: WriterTicket | None = None
-    ) -> JournalEntry:
-        """Write this value's blocks and its journal entry; JournalConflictError if it moved."""
-        root = self._save_root()
-        conn, staging = self._conn, self._staging
-
-        def write_blocks(ticket: WriterTicket, first: bool) -> None:
-            staging.flush_reachable([root], refresh_before=ticket.lease.start)
-
-        def put_entry() -> JournalEntry:
-            return conn.refs.commit(
-                self.name, self.version, str(root), author=author, message=message
-            )
-
-        return land(conn, self.name, write_blocks, put_entry, ticket=ticket)
 
     def _replay(self, head: Database) -> Database:
         db = head

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from merkle.errors import NotFoundError, UsageError
+from merkle.lazy import compute as pc
 from merkle.tablets.diff import ChangeCounts, ChangeSet, count_changes, diff_tables
 from merkle.tablets.rows import SortedRows
 from merkle.tablets.segment import arrow_to_records, concat_segments

@@ -34,7 +34,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from merkle.db.ancestry import Lineage
 from merkle.db.diff import rekeyed, settings_changed
@@ -42,6 +41,7 @@ from merkle.db.landing import land
 from merkle.db.mergeschema import fit_rows, merge_schemas
 from merkle.db.ops import Op
 from merkle.errors import ConflictError, MergeConflictError, NotFoundError, UsageError
+from merkle.lazy import compute as pc
 from merkle.refs import JournalConflictError, JournalEntry, WriterTicket
 from merkle.tablets.diff import count_changes, diff_tables, rows_equal
 from merkle.tablets.keyindex import combine

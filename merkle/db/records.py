@@ -14,11 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from merkle.db.changes import deleted_keys, updated_rows, upserted_records
-from merkle.db.dataset import table_dataset
 from merkle.db.inputs import check_fields
 from merkle.db.ops import DeleteWhere, Op, Update, Upsert
-from merkle.db.streams import batch_reader, check_filter, to_pandas, to_polars
 from merkle.db.tablestate import TableChange, TableState
 from merkle.tablets.table import Table
 
@@ -54,6 +51,8 @@ class RecordOps:
         Keys without a record are left alone; a value of None removes the field.
         Replayed on a concurrent head, it changes the records as they are there."""
         state = self._state(table)
+        from merkle.db.changes import updated_rows
+
         done = updated_rows(self._table(table), changes)
         if done is None or not len(done[1]):
             return self  # type: ignore[return-value]
@@ -81,6 +80,8 @@ class RecordOps:
         ``condition(current, new)`` is true. A record whose key does not exist
         is inserted unless ``when_not_matched`` is "skip"."""
         current = self._table(table)
+        from merkle.db.changes import upserted_records
+
         records = upserted_records(current, rows, when_matched, when_not_matched, condition)
         return self._upsert(
             table,
@@ -92,6 +93,8 @@ class RecordOps:
         """Delete the records ``predicate`` holds for: a ``pyarrow.compute.Expression``
         (``pc.field("qty") == 0``) or a function of a record. Replayed on a
         concurrent head, it deletes what matches there."""
+        from merkle.db.changes import deleted_keys
+
         keys = deleted_keys(self._table(table), predicate)
         return self._delete(table, keys, lambda uid: DeleteWhere(table, uid, predicate))
 
@@ -106,17 +109,25 @@ class RecordOps:
         """The table as a stream of record batches in key order, read a tablet at a time
         (bounded memory); ``filter`` is a ``pyarrow.compute.Expression``."""
         current = self._table(table)
+        from merkle.db.streams import batch_reader, check_filter
+
         return batch_reader(current, check_fields(fields), from_pk, to_pk, check_filter(filter))
 
     def to_pandas(self, table: str, fields: Sequence[str] | None = None, **bounds: Any) -> Any:
         """The table as a pandas DataFrame (``merkle-db[pandas]``)."""
+        from merkle.db.streams import to_pandas
+
         return to_pandas(self.to_arrow(table, fields, **bounds))
 
     def to_polars(self, table: str, fields: Sequence[str] | None = None, **bounds: Any) -> Any:
         """The table as a Polars DataFrame (``merkle-db[polars]``)."""
+        from merkle.db.streams import to_polars
+
         return to_polars(self.to_arrow(table, fields, **bounds))
 
     def dataset(self, table: str) -> Any:
         """The table as a lazy ``pyarrow.dataset.Dataset`` (one fragment per tablet) that
         DuckDB and Polars scan with key-range and projection pushdown."""
+        from merkle.db.dataset import table_dataset  # pyarrow.dataset: only when asked
+
         return table_dataset(self._table(table))[0]

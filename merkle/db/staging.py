@@ -14,13 +14,21 @@ collection that goes on without this writer fences it off first). Blocks
 taken from anywhere else (``build_table``'s tablets) are registered as
 *foreign*, and the commit proves, under its writer lease, that every block
 they reach is stored: a cost proportional to what is linked from outside.
+
+A large write does not wait for the commit: while the commit builds its root
+under its writer lease (:meth:`StagedBlocks.writing_early`), blocks put with
+``early=True`` (the pages of a bulk write) are written durably in the
+background as they are made, so encoding and writing overlap, and their bytes
+leave memory once they are stored.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from merkle.blocks.cid import CID, DAG_CBOR, codec_code
@@ -43,6 +51,8 @@ class StagedBlocks(BlockStore):
         self._staged: dict[CID, bytes] = {}
         self._foreign: set[CID] = set()
         self._lock = threading.Lock()
+        self._early: _EarlyWriter | None = None
+        self._sent: set[CID] = set()  # written early and dropped from memory
 
     def __reduce__(self) -> tuple[Any, ...]:
         raise UsageError("an uncommitted transaction cannot be pickled: commit it first")
@@ -57,8 +67,10 @@ class StagedBlocks(BlockStore):
         blocks: Iterable[tuple[bytes, str | int]],
         *,
         refresh_before: float | None = None,
+        early: bool = False,
     ) -> list[CID]:
         cids = []
+        hashed = []
         for data, codec in blocks:
             if not isinstance(data, (bytes, bytearray, memoryview)):
                 raise UsageError(f"block data must be bytes, got {type(data).__name__}")
@@ -67,7 +79,39 @@ class StagedBlocks(BlockStore):
             with self._lock:
                 self._staged.setdefault(cid, data)
             cids.append(cid)
+            hashed.append((cid, data))
+        writer = self._early
+        if early and writer is not None:
+            writer.send(hashed, self._stored)
         return cids
+
+    def _stored(self, blocks: Sequence[tuple[CID, bytes]]) -> None:
+        """Blocks written early are durable: their bytes leave memory."""
+        with self._lock:
+            for cid, _ in blocks:
+                if self._staged.pop(cid, None) is not None:
+                    self._sent.add(cid)
+
+    @contextlib.contextmanager
+    def writing_early(self, refresh_before: float) -> Iterator[None]:
+        """While held, blocks put with ``early=True`` are written to the lake at once.
+
+        Hold it only under a writer lease (started at ``refresh_before``):
+        blocks reach the lake before any entry names them, and the lease is
+        what keeps a collection from removing them meanwhile. Leaving waits
+        for every write and raises the first that failed.
+        """
+        writer = _EarlyWriter(self.base, refresh_before)
+        self._early = writer
+        try:
+            yield
+        except BaseException:
+            self._early = None
+            with contextlib.suppress(Exception):  # the first error is the one to see
+                writer.finish()
+            raise
+        self._early = None
+        writer.finish()
 
     def get(self, cid: CID) -> bytes:
         data = self._staged.get(cid)
@@ -94,11 +138,32 @@ class StagedBlocks(BlockStore):
         with self._lock:
             self._foreign.update(cids)
 
+    def lost(self, roots: Sequence[CID]) -> list[CID]:
+        """Blocks ``roots`` reach that this transaction cannot write again and the lake
+        no longer holds: written early (their bytes left memory once stored), or
+        foreign (with what they reach; at most one of these is named).
+
+        Early blocks the roots do not reach (made and then superseded within
+        this commit) are not asked about: nothing needs them.
+        """
+        _, foreign, sent = self._walk(roots)
+        there = self.base.present(sent, refresh_before=None)
+        lost = [cid for cid, found in zip(sent, there, strict=True) if not found]
+        below = missing_below(self.base, foreign) if foreign else None
+        return lost if below is None else [*lost, below]
+
     def reachable(self, roots: Sequence[CID]) -> tuple[list[tuple[CID, bytes]], list[CID]]:
         """The staged blocks reachable from ``roots``, and the foreign blocks they link."""
+        found, foreign, _ = self._walk(roots)
+        return found, foreign
+
+    def _walk(self, roots: Sequence[CID]) -> tuple[list[tuple[CID, bytes]], list[CID], list[CID]]:
+        """What ``roots`` reach through staged nodes: the staged blocks, the foreign
+        blocks, and the blocks written early (raw pages: nothing below them)."""
         seen: set[CID] = set()
         found: list[tuple[CID, bytes]] = []
         foreign: list[CID] = []
+        sent: list[CID] = []
         stack = list(roots)
         while stack:
             cid = stack.pop()
@@ -109,12 +174,14 @@ class StagedBlocks(BlockStore):
             if data is None:
                 if cid in self._foreign:
                     foreign.append(cid)
+                elif cid in self._sent:
+                    sent.append(cid)
                 continue  # already in the lake
             found.append((cid, data))
             if cid.codec == DAG_CBOR:
                 node = self.node_cache.get(cid.bytes)
                 stack.extend(iter_links(node if node is not None else decode_node(data)))
-        return found, foreign
+        return found, foreign, sent
 
     def flush_reachable(self, roots: Sequence[CID], *, refresh_before: float | None) -> int:
         """Write the staged blocks ``roots`` reach, and prove the foreign ones stored.
@@ -124,11 +191,26 @@ class StagedBlocks(BlockStore):
         whose blocks a collection raced). Raises :class:`NotFoundError` naming
         a block a foreign link reaches that the lake no longer holds.
         """
+        blocks, missing = self.unwritten(roots, refresh_before=refresh_before)
+        if missing:
+            self.base.store.put_many(missing)
+        return len(blocks)
+
+    def unwritten(
+        self, roots: Sequence[CID], *, refresh_before: float | None, prove_foreign: bool = True
+    ) -> tuple[list[tuple[CID, bytes]], list[tuple[str, bytes]]]:
+        """What :meth:`flush_reachable` needs, without writing: the staged blocks ``roots``
+        reach, and the (object key, bytes) of those the lake lacks.
+
+        A commit writes the latter in one round with its journal entry
+        (``RefManager.commit(before=...)``). Refreshes the blocks found
+        stored and proves the foreign ones stored, as a flush does (unless
+        ``prove_foreign`` is False: a commit already landed asks :meth:`lost`).
+        """
         blocks, foreign = self.reachable(roots)
-        if blocks:
-            # Hashed when staged (put_many above): no second pass over the bytes.
-            self.base.put_hashed(blocks, refresh_before=refresh_before)
-        if foreign:
+        # Hashed when staged (put_many above): no second pass over the bytes.
+        missing = self.base.absent(blocks, refresh_before=refresh_before)
+        if foreign and prove_foreign:
             lost = missing_below(self.base, foreign)
             if lost is None:
                 # Found, not written: another process's write may be visible before it
@@ -141,4 +223,54 @@ class StagedBlocks(BlockStore):
                     "build_table) and garbage collection has removed it; nothing was "
                     "committed: build the tablets again from a version that is kept"
                 )
-        return len(blocks)
+        return blocks, missing
+
+
+#: Bytes of early blocks being written at once; beyond them, the encoders wait.
+_EARLY_BYTES_IN_FLIGHT = 96 << 20
+
+
+class _EarlyWriter:
+    """Writes batches of blocks durably in the background, a bounded amount at a time."""
+
+    def __init__(self, base: BlockStore, refresh_before: float) -> None:
+        self.base = base
+        self.refresh_before = refresh_before
+        self.pool: ThreadPoolExecutor | None = None
+        self.futures: list[Future[None]] = []
+        self.room = threading.Condition()
+        self.in_flight = 0
+
+    def send(
+        self,
+        blocks: list[tuple[CID, bytes]],
+        done: Callable[[Sequence[tuple[CID, bytes]]], None],
+    ) -> None:
+        size = sum(len(data) for _, data in blocks)
+        with self.room:
+            self.room.wait_for(
+                lambda: not self.in_flight or self.in_flight + size <= _EARLY_BYTES_IN_FLIGHT
+            )
+            self.in_flight += size
+
+        def write() -> None:
+            try:
+                self.base.put_hashed(blocks, refresh_before=self.refresh_before)
+                done(blocks)
+            finally:
+                with self.room:
+                    self.in_flight -= size
+                    self.room.notify_all()
+
+        with self.room:
+            if self.pool is None:
+                self.pool = ThreadPoolExecutor(2, thread_name_prefix="merkle-early-write")
+            self.futures.append(self.pool.submit(write))
+
+    def finish(self) -> None:
+        try:
+            for future in self.futures:
+                future.result()
+        finally:
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)

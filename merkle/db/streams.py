@@ -14,9 +14,9 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from merkle.errors import UsageError
+from merkle.lazy import compute as pc
 from merkle.tablets.table import Table
 
 __all__ = ["batch_reader", "check_filter", "to_pandas", "to_polars"]

@@ -65,9 +65,10 @@ def read_stray_tablet(
         node = ts.tablet(cid)
     except MerkleError as exc:
         raise NotFoundError(f"{cid} is not a readable tablet: {exc}") from None
-    base = ts.segment(node.segments["base"])
-    key_field = base.column_names[0]
-    codec = infer_key_codec_arrow(base.schema.field(key_field).type)
+    # The key column leads the base segment of a version 1 tablet, the key block of a page.
+    keys = ts.segment(node.pages[0].keys if node.pages else node.segments["base"])
+    key_field = keys.column_names[0]
+    codec = infer_key_codec_arrow(keys.schema.field(key_field).type)
     stray = Table.new(ts, key_field=key_field, key_codec=codec.spec)
     rows = stray.read_tablet(cid, fields)
     return iter(arrow_to_records(rows, key_field=key_field, codec=codec, fields=fields))

@@ -6,7 +6,9 @@ alone: :class:`RefManager` commits and reads database versions,
 See ``doc/refs.md`` for the formats and protocols.
 """
 
-from merkle.refs.audit import JournalAudit, JournalDamagedError, audit_journal
+from typing import TYPE_CHECKING
+
+from merkle.lazy import lazy_attributes
 from merkle.refs.entry import JournalEntry
 from merkle.refs.errors import (
     JournalConflictError,
@@ -18,8 +20,23 @@ from merkle.refs.gclock import GCLock, LockState, WritersBusyError
 from merkle.refs.journal import RefManager
 from merkle.refs.leases import DEFAULT_SKEW_MARGIN, DEFAULT_WRITER_WAIT, Lease, LeaseManager
 from merkle.refs.names import check_db_name, check_tag_name
-from merkle.refs.tags import Tag, TagManager
 from merkle.refs.writer import WriterSession, WriterTicket, settle_passed_commit
+
+if TYPE_CHECKING:
+    from merkle.refs.audit import JournalAudit, JournalDamagedError, audit_journal
+    from merkle.refs.tags import Tag, TagManager
+
+# Auditing and tags: imported when first used (a read needs neither).
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        "JournalAudit": "merkle.refs.audit",
+        "JournalDamagedError": "merkle.refs.audit",
+        "audit_journal": "merkle.refs.audit",
+        "Tag": "merkle.refs.tags",
+        "TagManager": "merkle.refs.tags",
+    },
+)
 
 __all__ = [
     "DEFAULT_SKEW_MARGIN",

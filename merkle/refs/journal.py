@@ -11,7 +11,7 @@ reasoning are in ``doc/refs.md``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -115,11 +115,16 @@ class RefManager(JournalReader):
         meta: dict[str, Any] | None = None,
         forked_from: dict[str, Any] | None = None,
         merged_from: dict[str, Any] | None = None,
+        before: Sequence[tuple[str, bytes]] = (),
     ) -> JournalEntry:
         """Append version ``expected_version + 1`` of ``db`` holding ``root``; return its entry.
 
         ``merged_from`` (``{"db", "version"}``) records the second parent of a
-        merge commit.
+        merge commit. ``before`` lists objects (the blocks ``root`` reaches
+        that the lake lacks) to write durably before the entry: the store
+        writes them in one round with it, the entry last
+        (``ObjectStore.put_if_absent_after``); they may be written even when
+        the entry is not.
 
         ``expected_version=None`` creates ``db`` (version 0), or creates it
         again after a drop (the journal continues at head + 1). ``root=None``
@@ -165,6 +170,7 @@ class RefManager(JournalReader):
             dict(meta or {}),
             forked_from,
             merged_from=merged_from,
+            before=before,
         )
 
     def _append(
@@ -179,6 +185,7 @@ class RefManager(JournalReader):
         forked_from: dict[str, Any] | None,
         *,
         merged_from: dict[str, Any] | None = None,
+        before: Sequence[tuple[str, bytes]] = (),
     ) -> JournalEntry:
         """Create the slot after ``parent`` (slot 0 if None), refusing a trimmed parent."""
         version = 0 if parent is None else parent.version + 1
@@ -210,7 +217,7 @@ class RefManager(JournalReader):
         key = entry_key(db, entry.version)
         committed = decode_slot(data, key, db, entry.version)
         assert isinstance(committed, JournalEntry)
-        if not self._create(db, entry.version, root, key, data):
+        if not self._create(db, entry.version, root, key, data, before):
             found = self.head(db)
             raise JournalConflictError(db, expected, None if found is None else found.version)
         self._remember(committed)
@@ -270,9 +277,19 @@ class RefManager(JournalReader):
         detail = "that version was removed by retention" if trimmed else ""
         raise JournalConflictError(db, expected, head.version, detail)
 
-    def _create(self, db: str, version: int, root: str | None, key: str, data: bytes) -> bool:
+    def _create(
+        self,
+        db: str,
+        version: int,
+        root: str | None,
+        key: str,
+        data: bytes,
+        before: Sequence[tuple[str, bytes]] = (),
+    ) -> bool:
         """Create the entry; True if this call wrote it (durably), False if another writer had."""
         try:
+            if before:
+                return self.store.put_if_absent_after(before, key, data)
             return self.store.put_if_absent(key, data)
         except StorageError as exc:
             if exc.definite:

@@ -49,10 +49,17 @@ class ObjectInfo:
     mtime: float  # seconds since the epoch (UTC), as the backend records it
 
 
+#: Anything a valid key never holds: an empty segment, a segment starting with ".", a
+#: backslash or a control character (one search instead of a loop over characters).
+_BAD_KEY = re.compile(r"(?:^|/)(?:$|/|\.)|[\x00-\x1f\x7f\\]")
+
+
 def check_key(key: object) -> str:
     """Return ``key`` if it is a valid object key, else raise :class:`UsageError`."""
     if not isinstance(key, str) or not key:
         raise UsageError(f"object key must be a non-empty string, got {key!r}")
+    if _BAD_KEY.search(key) is None:
+        return key
     for segment in key.split("/"):
         if not segment:
             raise UsageError(f"object key {key!r} has an empty path segment")
@@ -194,6 +201,19 @@ class ObjectStore(ABC):
         pairs = [(check_key(key), check_data(key, data)) for key, data in items]
         self.map_bulk(lambda kv: self.put(kv[0], kv[1]), pairs)
 
+    def put_if_absent_after(
+        self, items: Iterable[tuple[str, bytes]], key: str, data: bytes
+    ) -> bool:
+        """``put_many(items)``, then ``put_if_absent(key, data)``: ``key`` never exists
+        before every item is durable. True if this call created ``key``.
+
+        The items are written whether or not ``key`` is created. Backends
+        overlap what ordering allows (the file store flushes the bytes of the
+        items and of ``key`` in one round); this default runs the two in turn.
+        """
+        self.put_many(items)
+        return self.put_if_absent(key, data)
+
     @abstractmethod
     def touch(self, key: str) -> None:
         """Set the modification time of ``key`` to now; :class:`NotFoundError` if absent."""
@@ -233,6 +253,9 @@ class ObjectStore(ABC):
 
     #: Threads used by the default bulk methods; 1 means serial.
     bulk_workers: int = 1
+    #: Whether a metadata request (``stat``, ``exists``) costs microseconds (a local
+    #: store), so that a few of them run inline rather than on the I/O pool.
+    local: ClassVar[bool] = False
     _pool: ThreadPoolExecutor | None = None
     _pool_lock: ClassVar[threading.Lock] = threading.Lock()
 

@@ -42,6 +42,7 @@ class FileStore(ObjectStore):
     """Objects as files under ``root``; ``fsync=False`` trades crash safety for speed."""
 
     schemes = ("file",)
+    local = True
 
     def __init__(self, root: str, *, fsync: bool = True, bulk_workers: int = 8) -> None:
         if not os.path.isabs(root):
@@ -262,6 +263,10 @@ class FileStore(ObjectStore):
         staged = [(self._path(key), check_data(key, data)) for key, data in items]
         if not staged:
             return
+        self._publish(staged, self._write_temps(staged))
+
+    def _write_temps(self, staged: builtins.list[tuple[str, bytes]]) -> builtins.list[str]:
+        """Durable temp files beside every path, written concurrently (none left on error)."""
         for path, _ in staged:
             if os.path.isdir(path):
                 raise self._is_a_directory(path)
@@ -276,6 +281,10 @@ class FileStore(ObjectStore):
             if isinstance(failed[0], UsageError):
                 raise failed[0]
             raise StorageError(f"cannot write to {self.uri}: {failed[0]}") from failed[0]
+        return [t for t in temps if isinstance(t, str)]
+
+    def _publish(self, staged: builtins.list[tuple[str, bytes]], temps: builtins.list[str]) -> None:
+        """Rename durable temp files to their paths, then make the names durable."""
         renamed = 0
         try:
             for (path, _), tmp in zip(staged, temps, strict=True):
@@ -303,6 +312,27 @@ class FileStore(ObjectStore):
                 definite=False,
             ) from exc
 
+    def put_if_absent_after(
+        self, items: Iterable[tuple[str, bytes]], key: str, data: bytes
+    ) -> bool:
+        """The items' bytes and ``key``'s are written and flushed in one concurrent round;
+        then the items are renamed into place and their directories flushed, and only
+        then is ``key`` linked (and its directory flushed): three rounds of flushes, not
+        four, and ``key`` still never exists before the items are durable."""
+        pairs = builtins.list(items)
+        staged = [(self._path(k), check_data(k, d)) for k, d in pairs]
+        path, data = self._path(key), check_data(key, data)
+        if not staged or os.path.lexists(path):
+            return super().put_if_absent_after(pairs, key, data)
+        temps = self._write_temps([*staged, (path, data)])
+        mine = temps.pop()
+        try:
+            self._publish(staged, temps)
+        except BaseException:
+            _unlink_quietly(mine)
+            raise
+        return self._link_temp(key, path, mine)
+
     def _try_write_temp(self, path: str, data: bytes) -> str | BaseException:
         """:meth:`_write_temp`, returning the error instead of raising it (for cleanup)."""
         try:
@@ -321,6 +351,10 @@ class FileStore(ObjectStore):
             tmp = self._write_temp(path, data)
         except OSError as exc:
             raise StorageError(f"cannot write {key!r} to {self.uri}: {exc}") from exc
+        return self._link_temp(key, path, tmp)
+
+    def _link_temp(self, key: str, path: str, tmp: str) -> bool:
+        """Hard-link a durable temp file to ``path`` unless it exists; flush the name."""
         try:
             created = self._link(key, tmp, path)
         finally:

@@ -36,6 +36,7 @@ class MemoryStore(ObjectStore):
     """Keys in a sorted list beside a dict of (bytes, mtime); safe across threads."""
 
     schemes = ("memory",)
+    local = True
 
     def __init__(self, name: str = "") -> None:
         self._name = name

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from merkle.blocks.cid import CID
+from merkle.lazy import compute as pc
 from merkle.tablets.keyindex import KeyIndex, combine
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.nodes import BatchNode

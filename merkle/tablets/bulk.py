@@ -16,7 +16,9 @@ pending insert, update and delete is applied exactly once.
 Writing: :func:`plan_groups` cuts the key space into :class:`WriteGroup`
 ranges (one per tablet, and the gaps between tablets); a group's rows are
 rewritten in one place by :func:`rewrite_group` (its tablet, the pending
-changes in its range, and the new rows or deletes). :func:`splice` then puts
+changes in its range, and the new rows or deletes), into tablets of pages
+exactly as a single-machine flush writes them (only the pages the changes
+fall in are rewritten, the others reused by link). :func:`splice` then puts
 the new tablets into the tree, reusing every untouched tablet and index
 subtree by link, as a single-machine flush does; :func:`plan_merges` and
 :func:`merge_leaves` fix tablets left below the fill minimum.
@@ -38,7 +40,7 @@ from merkle.errors import IntegrityError, UsageError
 from merkle.tablets.keyindex import as_u64, combine
 from merkle.tablets.nodes import ChildRef
 from merkle.tablets.ranges import KeyRanges, successor
-from merkle.tablets.rows import SortedRows, concat_sorted, empty_keys, merge_changes, sort_rows
+from merkle.tablets.rows import SortedRows, empty_keys, merge_changes, sort_rows
 from merkle.tablets.segment import cbor_field, is_cbor_field
 from merkle.tablets.table import Table
 from merkle.tablets.tree import LeafSlice, Tree
@@ -191,12 +193,13 @@ def arrow_schema(table: Table) -> pa.Schema:
     """The Arrow schema of the rows :func:`read_slices` gives.
 
     A typed table's own schema. A table written before schemas is
-    schema-free, so each segment (every tablet's and every pending batch's)
-    may type a field differently: its schema is the key, then each field by
-    name, with the one Arrow type it is stored with everywhere, or as a CBOR
-    field (:func:`~merkle.tablets.segment.cbor_field`) where it is stored
-    with several (or as CBOR anywhere). That reads each segment's schema (a
-    few hundred bytes each), never its data.
+    schema-free, so each segment (every page's family block, a version 1
+    tablet's segments, every pending batch's) may type a field differently:
+    its schema is the key, then each field by name, with the one Arrow type
+    it is stored with everywhere, or as a CBOR field
+    (:func:`~merkle.tablets.segment.cbor_field`) where it is stored with
+    several (or as CBOR anywhere). That reads each segment's schema (a few
+    hundred bytes each), never its data.
     """
     codec = table.codec
     if codec is None:
@@ -204,7 +207,11 @@ def arrow_schema(table: Table) -> pa.Schema:
     if table.root.typed and table.schema is not None:
         return table.schema
     ts = table.ts
-    cids = [cid for ref in table.tablets() for cid in ts.tablet(ref.cid).segments.values()]
+    cids: list[CID] = []
+    for ref in table.tablets():
+        tablet = ts.tablet(ref.cid)
+        cids += tablet.segments.values()  # a version 1 tablet's; a paged one's below
+        cids += [cid for page in tablet.pages for cid in page.families.values() if cid is not None]
     for batch_cid in table.root.pending:
         upserts = ts.batch(batch_cid).upserts
         if upserts is not None:
@@ -333,6 +340,8 @@ def rewrite_group(
     any order; for a key given twice the later row wins) and ``deletes`` (key
     values). With ``replace`` the stored rows and pending changes are ignored:
     the group holds ``upserts`` alone. Every row given must lie in the group.
+    A stored tablet is rewritten as a flush rewrites it: the pages no change
+    falls in are kept as they are.
     """
     spec = table.spec
     tree = Tree(table.ts, spec)
@@ -352,14 +361,26 @@ def rewrite_group(
     )
     if not (len(new) or len(gone) or len(pending_up) or len(pending_del)):
         return None
-    rows = (
-        tree.read_rows(CID.parse(group.tablet.cid))
-        if group.tablet is not None
-        else _sorted(table, None)
-    )
-    rows = merge_changes(rows, pending_up, pending_del, spec.key_field)
-    rows = merge_changes(rows, new, gone, spec.key_field)
-    return [TabletInfo.of(r) for r in tree.write_tablets(rows)]
+    # The pending changes, then the new ones, as one set of changes: a row upserted
+    # and also deleted is upserted (merge_changes removes both, then adds the upserts).
+    upserts_all = merge_changes(pending_up, new, gone, spec.key_field)
+    deletes_all = _union_keys(pending_del, gone)
+    if group.tablet is None:
+        rows = merge_changes(_sorted(table, None), upserts_all, deletes_all, spec.key_field)
+        return [TabletInfo.of(r) for r in tree.write_tablets(rows)]
+    # As a single-machine flush does: only the pages the changes fall in are rewritten.
+    made = tree.leaves_io.rewrite(group.tablet.ref(), upserts_all, deletes_all)
+    return [TabletInfo.of(r) for r in made]
+
+
+def _union_keys(a: pa.Array, b: pa.Array) -> pa.Array:
+    """The sorted, distinct encoded keys of two arrays of them."""
+    if not len(b):
+        return a
+    if not len(a):
+        return b
+    keys = pa.concat_arrays([a, b.cast(a.type)]).unique()
+    return keys.take(pc.sort_indices(keys))
 
 
 def _check_inside(keys: pa.Array, group: WriteGroup) -> None:
@@ -417,11 +438,10 @@ def plan_merges(
 
 
 def merge_leaves(table: Table, leaves: Sequence[TabletInfo]) -> list[TabletInfo]:
-    """Adjacent tablets rewritten as evenly filled ones (their rows, in order)."""
-    spec = table.spec
-    tree = Tree(table.ts, spec)
-    rows = concat_sorted([tree.read_rows(CID.parse(leaf.cid)) for leaf in leaves], spec.key_field)
-    return [TabletInfo.of(r) for r in tree.write_tablets(rows)]
+    """Adjacent tablets rewritten as evenly filled ones (their rows, in order), cut at
+    page boundaries where that fills them (their pages reused), as a flush merges."""
+    leaves_io = Tree(table.ts, table.spec).leaves_io
+    return [TabletInfo.of(r) for r in leaves_io.merge([leaf.ref() for leaf in leaves])]
 
 
 def splice(

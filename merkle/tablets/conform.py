@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from merkle.errors import SchemaError, UsageError
+from merkle.lazy import compute as pc
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
 from merkle.tablets.schema import (
     composite_column,

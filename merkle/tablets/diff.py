@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from merkle.blocks.cid import CID
+from merkle.lazy import compute as pc
 from merkle.tablets.batch import load_batch
 from merkle.tablets.keyindex import KeyIndex, as_u64, combine
 from merkle.tablets.nodes import ChildRef

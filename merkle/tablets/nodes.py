@@ -24,6 +24,7 @@ __all__ = [
     "BASE",
     "BATCH",
     "INDEX",
+    "PAGED_TABLET_VERSION",
     "TABLE",
     "TABLET",
     "TYPED_TABLE_VERSION",
@@ -31,6 +32,7 @@ __all__ = [
     "ChildRef",
     "IndexNode",
     "Limits",
+    "PageRef",
     "TableRoot",
     "TabletNode",
 ]
@@ -46,6 +48,13 @@ BASE = "base"
 #: Format version of a table root that has a schema (and maybe a composite key):
 #: version 1 roots are the tables written before schemas, read as they always were.
 TYPED_TABLE_VERSION = 2
+
+#: Format version of a tablet whose rows are kept in pages (blocks of a few thousand
+#: rows each); version 1 tablets hold one segment per family and read as they always did.
+PAGED_TABLET_VERSION = 2
+
+#: Records per page unless a table says otherwise (bench/scale.py measured the choice).
+DEFAULT_PAGE_SIZE = 16_384
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,11 +74,29 @@ class Limits:
     branching: int = 256
     patch: int = 20_000
     patch_share: int = 50
+    #: Records per page of a tablet (bench/scale.py measures the choice): a point
+    #: read fetches one page per family, an existence check one key page.
+    page_size: int = DEFAULT_PAGE_SIZE
 
     @property
     def min_tablet(self) -> int:
         """A tablet below this many records is merged with a neighbour."""
         return max(1, self.tablet_size // 4)
+
+    @property
+    def page_rows(self) -> int:
+        """The most records a page holds: ``page_size``, or an eighth of a tablet if smaller.
+
+        Pages of at most an eighth of a tablet let a tablet that grew past its
+        limit be cut at page boundaries into tablets of a legal size, reusing
+        every page it already had (see doc/format.md, "Tablet").
+        """
+        return max(1, min(self.page_size, self.tablet_size // 8))
+
+    @property
+    def min_page(self) -> int:
+        """A rewritten page below this many records is merged with a neighbouring page."""
+        return max(1, self.page_rows // 4)
 
     @property
     def min_children(self) -> int:
@@ -82,6 +109,7 @@ class Limits:
             "branching": self.branching,
             "patch": self.patch,
             "patch_share": self.patch_share,
+            "page_size": self.page_size,
         }
 
     def flush_above(self, merged_count: int) -> int:
@@ -98,6 +126,7 @@ class Limits:
                 _count(node["branching"], least=2),
                 _count(node["patch"]),
                 _count(node.get("patch_share", 0)),
+                _count(node.get("page_size", DEFAULT_PAGE_SIZE), least=1),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise IntegrityError(f"table limits are malformed ({exc}): {node!r:.200}") from exc
@@ -116,44 +145,128 @@ class ChildRef:
 
 
 @dataclass(frozen=True, slots=True)
+class PageRef:
+    """One page of a tablet: its first key, rows, bytes and blocks.
+
+    ``keys`` is the block of the page's key column; ``families`` maps each
+    family of the tablet to the block of its fields in this page (None when
+    the page holds no value of that family). Rows are aligned by position
+    across a page's blocks.
+    """
+
+    first_key: bytes
+    count: int
+    size: int
+    keys: CID
+    families: dict[str, CID | None]
+
+    def blocks(self) -> list[CID]:
+        """Every block of the page (the key block first)."""
+        return [self.keys, *(cid for cid in self.families.values() if cid is not None)]
+
+
+@dataclass(frozen=True, slots=True)
 class TabletNode:
-    """A leaf: a contiguous key range, its rows in one Arrow segment per family."""
+    """A leaf: a contiguous key range, its rows in pages (version 2) or whole segments (1).
+
+    A version 1 tablet (written before pages) has ``segments``, one Arrow
+    segment per family holding every row (the base one with the key column),
+    and no ``pages``; a version 2 tablet has ``pages`` and no ``segments``.
+    """
 
     count: int
     size: int
     first_key: bytes
     last_key: bytes
-    segments: dict[str, CID]
+    segments: dict[str, CID] = field(default_factory=dict)
+    pages: tuple[PageRef, ...] = ()
+
+    @property
+    def paged(self) -> bool:
+        return bool(self.pages)
+
+    def families(self) -> list[str]:
+        """The families that hold a block somewhere in this tablet, ``base`` first."""
+        if not self.pages:
+            return [BASE, *sorted(name for name in self.segments if name != BASE)]
+        names = {name for page in self.pages for name in page.families}
+        return [BASE, *sorted(names - {BASE})]
+
+    def blocks(self) -> list[CID]:
+        """Every data block of the tablet."""
+        if not self.pages:
+            return list(self.segments.values())
+        return [cid for page in self.pages for cid in page.blocks()]
 
     def to_node(self) -> dict[str, Any]:
-        return {
+        node: dict[str, Any] = {
             "type": TABLET,
             "v": NODE_VERSION,
             "count": self.count,
             "size": self.size,
             "first_key": self.first_key,
             "last_key": self.last_key,
-            "segments": dict(self.segments),
         }
+        if not self.pages:
+            node["segments"] = dict(self.segments)
+            return node
+        names = self.families()
+        node["v"] = PAGED_TABLET_VERSION
+        node["pages"] = {
+            "first_keys": [page.first_key for page in self.pages],
+            "counts": [page.count for page in self.pages],
+            "sizes": [page.size for page in self.pages],
+            "keys": [page.keys for page in self.pages],
+            "families": {name: [page.families.get(name) for page in self.pages] for name in names},
+        }
+        return node
 
     @classmethod
     def from_node(cls, node: Any, where: object = None) -> TabletNode:
-        node = check_node(node, TABLET, where=where)
+        node = check_node(node, TABLET, where=where, versions=(NODE_VERSION, PAGED_TABLET_VERSION))
         try:
+            count, size = _count(node["count"]), _count(node["size"])
+            first, last = _bytes(node["first_key"]), _bytes(node["last_key"])
+            if node["v"] == PAGED_TABLET_VERSION:
+                return cls(count, size, first, last, {}, _pages(_map(node["pages"]), count, first))
             segments = _map(node["segments"])
             if BASE not in segments or not all(
                 isinstance(k, str) and isinstance(v, CID) for k, v in segments.items()
             ):
                 raise TypeError("segments must map family names, 'base' first, to links")
-            return cls(
-                _count(node["count"]),
-                _count(node["size"]),
-                _bytes(node["first_key"]),
-                _bytes(node["last_key"]),
-                dict(segments),
-            )
+            return cls(count, size, first, last, dict(segments))
         except (KeyError, TypeError, ValueError) as exc:
             raise IntegrityError(f"tablet {where} is malformed: {exc}") from exc
+
+
+def _pages(layout: Any, count: int, first_key: bytes) -> tuple[PageRef, ...]:
+    """The pages of a version 2 tablet node, checked for consistency."""
+    firsts = [_bytes(k) for k in _list(layout["first_keys"])]
+    counts = [_count(c, least=1) for c in _list(layout["counts"])]
+    sizes = [_count(s) for s in _list(layout["sizes"])]
+    keys = _list(layout["keys"])
+    families = {_text(name): _list(links) for name, links in _map(layout["families"]).items()}
+    n = len(firsts)
+    if not n or not len(counts) == len(sizes) == len(keys) == n:
+        raise ValueError("first_keys, counts, sizes and keys disagree in length")
+    if any(len(links) != n for links in families.values()) or BASE not in families:
+        raise ValueError("every family (base among them) needs one entry per page")
+    if not all(isinstance(cid, CID) for cid in keys):
+        raise TypeError("key page links must be CIDs")
+    if not all(c is None or isinstance(c, CID) for links in families.values() for c in links):
+        raise TypeError("page links must be CIDs or null")
+    if firsts[0] != first_key or sum(counts) != count:
+        raise ValueError("pages do not add up to the tablet's first key and count")
+    return tuple(
+        PageRef(
+            firsts[i],
+            counts[i],
+            sizes[i],
+            keys[i],
+            {name: links[i] for name, links in families.items()},
+        )
+        for i in range(n)
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,13 +7,14 @@ tablet's rows, cutting rows into tablets. No per-row Python.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from merkle.lazy import compute as pc
 from merkle.tablets.keyindex import as_u64, combine
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.segment import concat_segments
@@ -59,9 +60,16 @@ class SortedRows:
         return SortedRows(self._source, self.keys.slice(start, length), self._order[start:stop])
 
 
+@functools.cache
+def _no_keys() -> pa.Array:
+    # Made on first use: pa.array at import time would import pandas (pyarrow looks
+    # for pandas objects), a fifth of a second at every command's start.
+    return pa.array([], type=pa.binary())
+
+
 def empty_keys(codec: KeyCodec) -> pa.Array:
-    """An empty array of the codec's encoded-key type."""
-    return codec.encode_array(pa.array([], type=codec.arrow_type))
+    """An empty array of the codec's encoded-key type (``binary`` for every codec)."""
+    return _no_keys()
 
 
 def sort_rows(table: pa.Table, key_field: str, codec: KeyCodec) -> SortedRows:
@@ -73,7 +81,10 @@ def sort_rows(table: pa.Table, key_field: str, codec: KeyCodec) -> SortedRows:
     if words is not None:
         # Fixed 8-byte keys: the whole sort and dedupe in numpy.
         if bool(np.all(words[:-1] < words[1:])):
-            return SortedRows(table, encoded)
+            return SortedRows(table, encoded)  # already in key order: nothing to move
+        order = _dense_order(words)
+        if order is not None:  # unique keys in a narrow range: placed, not compared
+            return SortedRows(table, encoded.take(pa.array(order)), order)
         order = np.argsort(words)  # fast; fine while the keys are unique
         ordered = words[order]
         last_of_run = np.append(ordered[:-1] != ordered[1:], True)
@@ -96,6 +107,21 @@ def sort_rows(table: pa.Table, key_field: str, codec: KeyCodec) -> SortedRows:
     if not pc.all(keep).as_py():
         table, encoded = table.filter(keep), encoded.filter(keep)
     return SortedRows(table, encoded)
+
+
+def _dense_order(words: np.ndarray) -> np.ndarray | None:
+    """The sorting permutation of unique keys spanning at most twice their number, by
+    placing each at its offset from the smallest (a counting sort: linear, where a
+    comparison sort is n log n); None for sparse or repeated keys."""
+    n = len(words)
+    low = words.min()
+    span = int(words.max() - low) + 1
+    if span > 2 * n:
+        return None
+    slots = np.full(span, -1, dtype=np.int64)
+    slots[(words - low).astype(np.int64)] = np.arange(n, dtype=np.int64)
+    order = slots[slots >= 0] if span > n else slots
+    return order if len(order) == n and (span > n or bool((order >= 0).all())) else None
 
 
 def merge_changes(

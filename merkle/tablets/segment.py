@@ -2,13 +2,10 @@
 
 A segment is one Arrow table stored as a raw block (Arrow IPC stream, one
 record batch). Its first column is the native key column of the table's key
-codec, then one column per field, sorted by name. Records are schema-free, so
-a column is native Arrow only when that is exact: a field whose values do not
-all share one simple type (``1`` here, ``"a"`` there, ``1.5`` elsewhere; dicts,
-nested lists, ints beyond 64 bits) is stored as CBOR-encoded binary and marked
-with field metadata ``{b"merkle.encoding": b"cbor"}``, so every value comes back
-exactly as written. A field that is None (or absent) in every row has no
-column at all: None and absent are the same thing.
+codec, then one column per field, sorted by name (a page's blocks split the
+same columns: :mod:`merkle.tablets.pages`). How schema-free values become
+columns is :mod:`merkle.tablets.freeform` (with :mod:`merkle.tablets.cbor`);
+its names are re-exported here.
 
 Field families split one table into a base segment (the key and every field
 in no family) and one segment per family, so a projection reads only the
@@ -18,17 +15,32 @@ segments it needs. The layout and the compression choice are written down in
 
 from __future__ import annotations
 
-import contextlib
-import datetime
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-import cbor2
-import numpy as np
 import pyarrow as pa
 
 from merkle.errors import IntegrityError, UsageError
-from merkle.tablets.keys import KeyCodec
+from merkle.tablets.cbor import (
+    CBOR_ENCODING,
+    ENCODING_KEY,
+    NAIVE_DATETIME_TAG,
+    _cbor_array,
+    cbor_array,
+    cbor_field,
+    is_cbor_field,
+    row_number,
+)
+from merkle.tablets.freeform import (
+    arrow_to_records,
+    cbor_column,
+    check_name,
+    column_values,
+    field_set,
+    normalize_arrow,
+    records_to_arrow,
+    values_column,
+)
 from merkle.tablets.segschema import decode_segment_schema, schema_message_size
 
 __all__ = [
@@ -58,462 +70,21 @@ __all__ = [
 
 #: Name of the family that holds the key column and every field in no family.
 BASE_FAMILY = "base"
-#: Field metadata key that says how a column's values are encoded.
-ENCODING_KEY = b"merkle.encoding"
-#: Value of :data:`ENCODING_KEY` for columns of CBOR-encoded values.
-CBOR_ENCODING = b"cbor"
-#: CBOR tag (merkle-db private) for a naive datetime: an ISO-8601 string, no offset.
-NAIVE_DATETIME_TAG = 1835728897  # 0x6D6B0001, "mk" 1
-#: Arrow IPC buffer compression of segment blocks and its level, chosen by
-#: bench/segments.py (doc/format.md, "Segments"). Part of the format only in
-#: that equal content must give equal bytes: readers accept any IPC codec.
-SEGMENT_COMPRESSION = "zstd"
-SEGMENT_COMPRESSION_LEVEL = 3
+#: Arrow IPC buffer compression of segment and page blocks and its level, chosen by
+#: bench/segments.py and bench/scale.py (doc/format.md, "Segments"): LZ4 decodes a
+#: page five times as fast as zstd, which scans and lookups wait for, for about
+#: half as many bytes again. Part of the format only in that equal content must
+#: give equal bytes: readers accept any IPC codec.
+SEGMENT_COMPRESSION = "lz4"
+SEGMENT_COMPRESSION_LEVEL = 1
 #: The codec object :func:`encode_segment` uses by default.
 SEGMENT_CODEC = pa.Codec(SEGMENT_COMPRESSION, compression_level=SEGMENT_COMPRESSION_LEVEL)
 
-_INT64_MIN = -(1 << 63)
-_INT64_MAX = (1 << 63) - 1
-_UTC = datetime.UTC
-_CBOR_METADATA = {ENCODING_KEY: CBOR_ENCODING}
-_SCALAR_TYPES: dict[type, pa.DataType] = {
-    bool: pa.bool_(),
-    int: pa.int64(),
-    float: pa.float64(),
-    str: pa.string(),
-    bytes: pa.binary(),
-}
-_SUPPORTED_VALUES = (
-    "None, bool, int, float, str, bytes, list, tuple, dict, set, datetime, date, Decimal, UUID"
-)
-_WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression=SEGMENT_CODEC)
-_RowName = Callable[[int], str]
+# One thread per block: callers encode and decode many blocks at once on their own
+# workers, and Arrow's pool would only add hand-offs (it halves a page's decode time).
+_WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression=SEGMENT_CODEC, use_threads=False)
+_READ_OPTIONS = pa.ipc.IpcReadOptions(use_threads=False)
 _IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
-
-
-# -- CBOR values --------------------------------------------------------------
-
-
-class _UnsupportedValueError(Exception):
-    """A value inside a record that CBOR cannot carry."""
-
-    def __init__(self, value: Any) -> None:
-        super().__init__(value)
-        self.value = value
-
-
-def _encode_datetime(encoder: cbor2.CBOREncoder, value: datetime.datetime) -> None:
-    if value.utcoffset() is None:
-        encoder.encode_semantic(NAIVE_DATETIME_TAG, value.isoformat())
-    else:
-        encoder.encode_datetime(value)
-
-
-def _encode_other(encoder: cbor2.CBOREncoder, value: Any) -> None:
-    if isinstance(value, np.generic):
-        encoder.encode(value.item())
-        return
-    raise _UnsupportedValueError(value)
-
-
-def _cbor_encode(value: Any) -> bytes:
-    """CBOR of one record value; maps keep their insertion order, which reads give back.
-
-    Equal values written in the same order give equal bytes. cbor2 refuses
-    naive datetimes; only then is the slower encoder with the private tag used.
-    """
-    try:
-        return cbor2.dumps(value, default=_encode_other)
-    except _UnsupportedValueError:
-        raise
-    except (cbor2.CBOREncodeError, TypeError, ValueError, OverflowError, RecursionError):
-        pass
-    try:
-        return cbor2.dumps(value, encoders=_CBOR_ENCODERS, default=_encode_other)
-    except _UnsupportedValueError:
-        raise
-    except (cbor2.CBOREncodeError, TypeError, ValueError, OverflowError, RecursionError):
-        raise _UnsupportedValueError(value) from None
-
-
-_CBOR_ENCODERS: dict[type, Callable[[cbor2.CBOREncoder, Any], Any]] = {
-    datetime.datetime: _encode_datetime
-}
-
-
-def _tag_hook(*args: Any) -> Any:
-    # cbor2 6 calls tag_hook(tag, immutable); cbor2 5 called it (decoder, tag, ...).
-    tag = args[0] if isinstance(args[0], cbor2.CBORTag) else args[1]
-    if tag.tag == NAIVE_DATETIME_TAG and isinstance(tag.value, str):
-        return datetime.datetime.fromisoformat(tag.value)
-    return tag
-
-
-def _cbor_decode(data: bytes, field: str) -> Any:
-    try:
-        return cbor2.loads(data, tag_hook=_tag_hook)
-    except (cbor2.CBORDecodeError, ValueError, TypeError, EOFError) as exc:
-        raise IntegrityError(f"field {field!r} holds a malformed CBOR value: {exc}") from None
-
-
-def cbor_field(name: str) -> pa.Field:
-    """The schema field of a CBOR-encoded column."""
-    return pa.field(name, pa.binary(), metadata=_CBOR_METADATA)
-
-
-def is_cbor_field(field: pa.Field) -> bool:
-    """True when the column's values are CBOR-encoded (see :data:`ENCODING_KEY`)."""
-    metadata = field.metadata
-    return bool(metadata) and metadata.get(ENCODING_KEY) == CBOR_ENCODING
-
-
-# -- records -> Arrow ---------------------------------------------------------
-
-
-def records_to_arrow(
-    records: Iterable[Mapping[str, Any]], *, key_field: str, codec: KeyCodec
-) -> pa.Table:
-    """An Arrow table of records: the key column first, then one column per field.
-
-    Fields are the union of the records' fields, sorted by name; None is the
-    same as absent, and a field that is None everywhere has no column.
-    Columns are native Arrow where that is exact (bool, int64, float64,
-    string, binary, timestamp[us] for naive datetimes, timestamp[us, UTC] for
-    aware ones, lists of one of the first five), CBOR otherwise. Rows keep the
-    order of ``records``. Raises UsageError (and builds nothing) for a record
-    that is not a mapping, a missing or None key, a field name that is not a
-    non-empty string, or a value CBOR cannot carry.
-    """
-    _check_name(key_field, "the key field name")
-    if isinstance(records, Mapping | str | bytes):
-        raise UsageError(
-            f"records must be a sequence of mappings, got a {type(records).__name__}: "
-            "pass a list of dicts"
-        )
-    rows = records if isinstance(records, Sequence) else list(records)
-    count = len(rows)
-    keys: list[Any] = []
-    columns: dict[str, list[Any]] = {}
-    for position, record in enumerate(rows):
-        if type(record) is not dict and not isinstance(record, Mapping):
-            raise UsageError(
-                f"record {position} is of type {type(record).__name__}, not a mapping: "
-                "write dicts of field name -> value"
-            )
-        key = record.get(key_field)
-        if key is None:
-            raise UsageError(
-                f"record {position} has no key field {key_field!r} (or it is None): "
-                "every record needs its primary key"
-            )
-        keys.append(key)
-        for name, value in record.items():
-            values = columns.get(name)
-            if values is None:  # a name not seen yet: check it once
-                if name == key_field:
-                    continue
-                _check_name(name, f"a field name in record {position}")
-                if value is None:
-                    continue
-                values = columns[name] = [None] * count
-            if value is not None:
-                values[position] = value if type(value) in _PLAIN_TYPES else _plain(value)
-    fields = [pa.field(key_field, codec.arrow_type)]
-    arrays = [codec.to_arrow(keys)]
-    for name in sorted(columns):
-        field, array = _column_from_values(name, columns[name], _record_with_key(keys))
-        fields.append(field)
-        arrays.append(array)
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-
-
-_PLAIN_TYPES = frozenset({bool, int, float, str, bytes, list, dict, datetime.datetime})
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars as Python values, bytes-likes as bytes: what comes back on read."""
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, bytearray | memoryview):
-        return bytes(value)
-    return value
-
-
-def _record_with_key(keys: list[Any]) -> _RowName:
-    return lambda position: f"the record with key {_show(keys[position])}"
-
-
-def _row_number(position: int) -> str:
-    return f"row {position}"
-
-
-def values_column(name: str, values: list[Any]) -> tuple[pa.Field, pa.Array]:
-    """A column of Python values (None for null): native Arrow where exact, CBOR otherwise.
-
-    The rule of :func:`records_to_arrow` for one field; UsageError naming the
-    field and row for a value CBOR cannot carry.
-    """
-    _check_name(name, "a field name")
-    field, array = _column_from_values(name, values, _row_number)
-    return field, array
-
-
-def cbor_column(table: pa.Table, name: str) -> pa.Array:
-    """Column ``name`` of a segment table with every value CBOR-encoded (nulls stay null)."""
-    return _cbor_array(name, column_values(table, name), _row_number)
-
-
-def _column_from_values(name: str, values: list[Any], row: _RowName) -> tuple[pa.Field, Any]:
-    present = [value for value in values if value is not None]
-    kinds = {type(value) for value in present}
-    native = _native_type(kinds, present) if len(kinds) == 1 else None
-    if native is not None:
-        try:
-            return pa.field(name, native), pa.array(values, type=native)
-        except (pa.ArrowException, UnicodeError, OverflowError, TypeError, ValueError):
-            pass  # CBOR below says which value is unsupported
-    return cbor_field(name), _cbor_array(name, values, row)
-
-
-def _native_type(kinds: set[type], present: list[Any]) -> pa.DataType | None:
-    """The exact native Arrow type of values of one Python type, or None for CBOR."""
-    (kind,) = kinds
-    if kind is int:
-        return pa.int64() if min(present) >= _INT64_MIN and max(present) <= _INT64_MAX else None
-    if kind in _SCALAR_TYPES:
-        return _SCALAR_TYPES[kind]
-    if kind is datetime.datetime:
-        naive = {value.utcoffset() is None for value in present}
-        if naive == {True}:
-            return pa.timestamp("us")
-        if naive == {False} and all(_utc_representable(value) for value in present):
-            return pa.timestamp("us", tz="UTC")
-        return None
-    if kind is list:
-        items = [item for value in present for item in value if item is not None]
-        item_kinds = {type(item) for item in items}
-        if len(item_kinds) != 1 or not item_kinds <= _SCALAR_TYPES.keys():
-            return None
-        item_type = _native_type(item_kinds, items)
-        return None if item_type is None else pa.list_(item_type)
-    return None
-
-
-def _utc_representable(value: datetime.datetime) -> bool:
-    """False for the few aware datetimes whose UTC time falls outside years 1 to 9999."""
-    try:
-        value.astimezone(_UTC)
-    except OverflowError:
-        return False
-    return True
-
-
-def cbor_array(name: str, values: Sequence[Any], row: _RowName) -> pa.Array:
-    """A CBOR column of Python values; UsageError naming ``row(i)`` for one CBOR cannot carry."""
-    return _cbor_array(name, [_plain(v) if v is not None else None for v in values], row)
-
-
-def _cbor_array(name: str, values: Sequence[Any], row: _RowName) -> pa.Array:
-    encoded: list[bytes | None] = []
-    for position, value in enumerate(values):
-        if value is None:
-            encoded.append(None)
-            continue
-        try:
-            encoded.append(_cbor_encode(value))
-        except _UnsupportedValueError as exc:
-            raise UsageError(
-                f"field {name!r} of {row(position)} holds "
-                f"{type(exc.value).__name__} {_show(exc.value)}, which merkle-db cannot store: "
-                f"record values are {_SUPPORTED_VALUES} (nested freely)"
-            ) from None
-    return pa.array(encoded, type=pa.binary())
-
-
-# -- Arrow -> records ---------------------------------------------------------
-
-
-def arrow_to_records(
-    table: pa.Table,
-    *,
-    key_field: str,
-    codec: KeyCodec,
-    fields: Collection[str] | None = None,
-) -> list[dict[str, Any]]:
-    """Records of a segment table: the key plus every non-null field.
-
-    ``fields`` limits the fields (None means all; names that are not columns
-    are ignored; the key field is always included). CBOR columns are decoded.
-    """
-    if key_field not in table.column_names:
-        raise IntegrityError(
-            f"segment has no key column {key_field!r} (columns: {table.column_names})"
-        )
-    wanted = _field_set(fields)
-    with _readable(key_field):
-        keys = codec.to_python(table.column(key_field))
-    records: list[dict[str, Any]] = [{key_field: key} for key in keys]
-    for name in table.column_names:
-        if name == key_field or (wanted is not None and name not in wanted):
-            continue
-        for record, value in zip(records, column_values(table, name), strict=True):
-            if value is not None:
-                record[name] = value
-    return records
-
-
-@contextlib.contextmanager
-def _readable(name: str) -> Iterator[None]:
-    """Turn a failure to convert a column's stored values to Python into an IntegrityError.
-
-    Segments this package writes always convert; a crafted or damaged one may
-    hold a timestamp out of Python's range, an unknown time zone, and the like.
-    """
-    try:
-        yield
-    except IntegrityError:
-        raise
-    except (pa.ArrowException, ValueError, OverflowError, TypeError, RecursionError) as exc:
-        raise IntegrityError(
-            f"field {name!r} of a segment holds values that cannot be read: {exc}"
-        ) from None
-
-
-def column_values(table: pa.Table, name: str) -> list[Any]:
-    """The Python values of one column of a segment table (CBOR decoded, None for null)."""
-    with _readable(name):
-        return _column_values(table, name)
-
-
-def _column_values(table: pa.Table, name: str) -> list[Any]:
-    field = table.schema.field(name)
-    column = table.column(name)
-    if is_cbor_field(field):
-        return [None if data is None else _cbor_decode(data, name) for data in column.to_pylist()]
-    kind = field.type
-    if pa.types.is_timestamp(kind) and kind.tz is not None:
-        # Arrow gives zoneinfo("UTC"); records use datetime.UTC, as CBOR and key codecs do.
-        naive = column.cast(pa.timestamp(kind.unit)).to_pylist()
-        return [None if value is None else value.replace(tzinfo=_UTC) for value in naive]
-    return list(column.to_pylist())
-
-
-# -- user-supplied Arrow ------------------------------------------------------
-
-
-def normalize_arrow(
-    table: pa.Table | pa.RecordBatch, *, key_field: str, codec: KeyCodec
-) -> pa.Table:
-    """A user-supplied Arrow table in segment form, ready to write.
-
-    The key column must be present (UsageError naming it) and valid for the
-    codec (:meth:`KeyCodec.check_column`); it moves first and the fields
-    follow sorted by name. Narrow types are widened to the segment types
-    (int64, float64, string, binary, timestamp[us] / timestamp[us, UTC], lists
-    of those), all-null columns are dropped, and types with no native segment
-    form (structs, decimals, dates, nested lists, uint64 beyond int64, ...)
-    become CBOR columns. Schema metadata is dropped.
-    """
-    if isinstance(table, pa.RecordBatch):
-        table = pa.Table.from_batches([table])
-    if not isinstance(table, pa.Table):
-        raise UsageError(
-            f"expected a pyarrow Table or RecordBatch, got {type(table).__name__}: "
-            "convert the data with pyarrow.table(...) or write records as dicts"
-        )
-    _check_name(key_field, "the key field name")
-    names = table.column_names
-    for name in names:
-        _check_name(name, "a column name")
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise UsageError(f"the Arrow table has duplicate columns {duplicates}: rename them")
-    if key_field not in names:
-        raise UsageError(
-            f"the Arrow table has no key column {key_field!r} (columns: {names}): "
-            "add it or pass the table's key field"
-        )
-    fields = [pa.field(key_field, codec.arrow_type)]
-    try:
-        key_column = codec.check_column(table.column(key_field))
-    except UsageError as exc:
-        raise UsageError(f"key field {key_field!r}: {exc}") from None
-    arrays: list[Any] = [key_column]
-    for name in sorted(names):
-        if name == key_field:
-            continue
-        column = table.column(name)
-        if column.null_count == len(column):
-            continue  # None everywhere is the same as absent
-        field, array = _canonical_column(table.schema.field(name), column)
-        fields.append(field)
-        arrays.append(array)
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
-
-
-def _canonical_column(field: pa.Field, column: pa.ChunkedArray) -> tuple[pa.Field, Any]:
-    """One user column as a segment column: native where exact, CBOR otherwise."""
-    name = field.name
-    if is_cbor_field(field):
-        if not (pa.types.is_binary(field.type) or pa.types.is_large_binary(field.type)):
-            raise UsageError(
-                f"column {name!r} is marked CBOR but has type {field.type}: "
-                "CBOR columns are binary; drop the merkle.encoding metadata"
-            )
-        column = column.cast(pa.binary())
-        for data in column.to_pylist():
-            if data is not None:
-                _check_cbor(name, data)
-        return cbor_field(name), column
-    target = _native_target(field.type)
-    if target is not None:
-        try:
-            return pa.field(name, target), column.cast(target, safe=True)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            if pa.types.is_timestamp(field.type):
-                raise UsageError(
-                    f"column {name!r} holds timestamps finer than microseconds ({exc}): "
-                    "round them to microseconds first"
-                ) from None
-    values = column_values(pa.table([column], names=[name]), name)
-    return cbor_field(name), _cbor_array(name, values, _row_number)
-
-
-def _check_cbor(name: str, data: bytes) -> None:
-    try:
-        _cbor_decode(data, name)
-    except IntegrityError as exc:
-        raise UsageError(f"{exc}: fix the column or drop its merkle.encoding metadata") from None
-
-
-def _native_target(kind: pa.DataType) -> pa.DataType | None:
-    """The segment type a user column casts to exactly, or None for CBOR."""
-    types = pa.types
-    if types.is_dictionary(kind):
-        return _native_target(kind.value_type)
-    if types.is_boolean(kind):
-        return pa.bool_()
-    if types.is_integer(kind):
-        return pa.int64()  # uint64 beyond int64 fails the safe cast and becomes CBOR
-    if types.is_floating(kind):
-        return pa.float64()
-    if types.is_string(kind) or types.is_large_string(kind) or str(kind) == "string_view":
-        return pa.string()
-    if (
-        types.is_binary(kind)
-        or types.is_large_binary(kind)
-        or types.is_fixed_size_binary(kind)
-        or str(kind) == "binary_view"
-    ):
-        return pa.binary()
-    if types.is_timestamp(kind):
-        return pa.timestamp("us", tz=None if kind.tz is None else "UTC")
-    if types.is_list(kind) or types.is_large_list(kind) or types.is_fixed_size_list(kind):
-        item = kind.value_type
-        item_target = None if types.is_timestamp(item) else _native_target(item)
-        if item_target is not None and item_target in _SCALAR_TYPES.values():
-            return pa.list_(item_target)
-    return None
 
 
 # -- block bytes --------------------------------------------------------------
@@ -524,7 +95,7 @@ def encode_segment(table: pa.Table, *, compression: Any = SEGMENT_CODEC) -> byte
 
     One batch (chunks combined) makes the bytes a function of the content, so
     equal segments get equal CIDs. Buffers are compressed with
-    :data:`SEGMENT_CODEC` (zstd level 3); ``compression`` (None, "lz4",
+    :data:`SEGMENT_CODEC` (LZ4 frames); ``compression`` (None, "lz4",
     "zstd" or a ``pyarrow.Codec``) exists for measurements: keep the default
     when writing blocks, or equal content stops deduplicating.
     """
@@ -542,7 +113,7 @@ def encode_segment(table: pa.Table, *, compression: Any = SEGMENT_CODEC) -> byte
     options = (
         _WRITE_OPTIONS
         if compression is SEGMENT_CODEC
-        else pa.ipc.IpcWriteOptions(compression=compression)
+        else pa.ipc.IpcWriteOptions(compression=compression, use_threads=False)
     )
     with pa.ipc.new_stream(sink, combined.schema, options=options) as writer:
         writer.write_batch(batch)
@@ -562,12 +133,15 @@ def decode_segment(data: bytes, columns: Collection[str] | None = None) -> pa.Ta
         raise IntegrityError(
             f"block of {len(data)} bytes is not a segment: it does not end like an Arrow IPC stream"
         )
-    options = None
+    options = _READ_OPTIONS
+    none_wanted = False
     if columns is not None:
         schema = decode_segment_schema(bytes(data[: schema_message_size(bytes(data[:8]))]))
         wanted = [i for i, field in enumerate(schema) if field.name in columns]
+        # Arrow reads every field for an empty list: read the first, keep only the rows.
+        none_wanted = not wanted and len(schema) > 0
         if len(wanted) < len(schema):
-            options = pa.ipc.IpcReadOptions(included_fields=wanted)
+            options = pa.ipc.IpcReadOptions(included_fields=wanted or [0], use_threads=False)
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(data), options=options)
         batches = list(reader)
@@ -580,7 +154,7 @@ def decode_segment(data: bytes, columns: Collection[str] | None = None) -> pa.Ta
         raise IntegrityError(f"block of {len(data)} bytes is not a valid segment: {exc}") from None
     if len(batches) != 1:
         raise IntegrityError(f"a segment holds one record batch, this block holds {len(batches)}")
-    return table
+    return table.select([]) if none_wanted else table
 
 
 def _check_names(schema: pa.Schema) -> None:
@@ -661,7 +235,7 @@ def _family_of_fields(families: Mapping[str, Collection[str]], key_field: str) -
         )
     owner: dict[str, str] = {}
     for family, members in families.items():
-        _check_name(family, "a family name")
+        check_name(family, "a family name")
         if family == BASE_FAMILY:
             raise UsageError(
                 f"{BASE_FAMILY!r} is the family of fields in no family: name the family otherwise"
@@ -672,7 +246,7 @@ def _family_of_fields(families: Mapping[str, Collection[str]], key_field: str) -
                 f"got {type(members).__name__}"
             )
         for name in members:
-            _check_name(name, f"a field name in family {family!r}")
+            check_name(name, f"a field name in family {family!r}")
             if name == key_field:
                 raise UsageError(
                     f"family {family!r} lists the key field {key_field!r}: the key is always "
@@ -761,7 +335,7 @@ def _merge_column(name: str, tables: Sequence[pa.Table]) -> tuple[pa.Field, Any]
             pieces.append(entry[1])
         else:
             values = column_values(pa.table([entry[1]], schema=pa.schema([entry[0]])), name)
-            pieces.append(_cbor_array(name, values, _row_number))
+            pieces.append(_cbor_array(name, values, row_number))
     return cbor_field(name), _chunks(pieces, pa.binary())
 
 
@@ -777,32 +351,9 @@ def _chunks(pieces: Sequence[Any], kind: pa.DataType) -> pa.ChunkedArray:
 
 def project(table: pa.Table, fields: Collection[str] | None, *, key_field: str) -> pa.Table:
     """The key column and the requested fields that exist, in table order."""
-    wanted = _field_set(fields)
+    wanted = field_set(fields)
     if wanted is None:
         return table
     return table.select(
         [name for name in table.column_names if name == key_field or name in wanted]
     )
-
-
-# -- helpers ------------------------------------------------------------------
-
-
-def _field_set(fields: Collection[str] | None) -> set[str] | None:
-    if fields is None:
-        return None
-    if isinstance(fields, str | bytes) or not isinstance(fields, Collection):
-        raise UsageError(
-            f"fields must be a collection of field names (e.g. a list), got {fields!r}"
-        )
-    return set(fields)
-
-
-def _check_name(name: Any, what: str) -> None:
-    if not isinstance(name, str) or not name:
-        raise UsageError(f"{what} must be a non-empty string, got {name!r}")
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."

@@ -10,6 +10,7 @@ the compressors release the GIL).
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
@@ -26,7 +27,10 @@ from merkle.tablets.nodes import BatchNode, IndexNode, TableRoot, TabletNode
 from merkle.tablets.segment import decode_segment, encode_segment
 from merkle.tablets.segschema import decode_segment_schema, schema_message_size
 
-__all__ = ["DEFAULT_WORKERS", "TableStore"]
+__all__ = ["DEFAULT_WORKERS", "Columns", "TableStore"]
+
+#: The columns of a segment to decode (None: all of them).
+Columns = frozenset[str] | None
 
 _DEFAULT_CACHE_BYTES = 256 << 20
 _SCHEMA_HEAD = 16 << 10  # first bytes of a segment read for its schema: almost always enough
@@ -82,6 +86,11 @@ class TableStore:
     def __reduce__(self) -> tuple[Any, ...]:
         return (_reopen, (self.blocks, self._shared.cache_bytes, self._shared.workers))
 
+    @property
+    def cache_bytes(self) -> int:
+        """The byte budget of the decoded-block cache."""
+        return self._shared.cache_bytes
+
     def with_blocks(self, blocks: BlockStore) -> TableStore:
         """A view reading and writing through ``blocks`` that shares these caches and threads.
 
@@ -106,6 +115,23 @@ class TableStore:
             return [fn(item) for item in items]
         return list(self._shared.executor().map(fn, items))
 
+    def map_local(self, fn: Callable[[Any], N], items: Sequence[Any]) -> list[N]:
+        """:meth:`map` for work on blocks: on a local store, in one task per worker.
+
+        Reading a block from a local disk costs microseconds, so handing each
+        block to a thread (and taking the interpreter lock back for each)
+        costs more than the block's own work: each worker takes a run of
+        blocks instead. On a remote store each block is a request whose
+        latency only concurrency hides, so each is a task of its own.
+        """
+        workers = self._shared.workers
+        if not self.blocks.store.local or len(items) <= workers:
+            return self.map(fn, items)
+        cuts = [round(i * len(items) / workers) for i in range(workers + 1)]
+        runs = [items[a:b] for a, b in itertools.pairwise(cuts)]
+        done = self.map(lambda run: [fn(item) for item in run], runs)
+        return [result for run in done for result in run]
+
     # -- nodes -------------------------------------------------------------------
 
     def _parsed(self, cid: CID, parse: Callable[[Any, object], N], weight: int) -> N:
@@ -128,6 +154,13 @@ class TableStore:
     def batch(self, cid: CID) -> BatchNode:
         return self._parsed(cid, BatchNode.from_node, 4 << 10)
 
+    def prefetch_nodes(self, cids: Sequence[CID]) -> None:
+        """Fetch the uncached nodes among ``cids`` concurrently (into the node cache)."""
+        cache = self.blocks.node_cache
+        missing = [cid for cid in cids if cache.get(cid.bytes) is None]
+        if len(missing) > 1:
+            self.map(self.blocks.get_node, missing)
+
     def put_node(self, node: Any) -> CID:
         return self.blocks.put_node(node)
 
@@ -143,51 +176,45 @@ class TableStore:
 
     def segments(self, cids: Sequence[CID]) -> list[pa.Table]:
         """Decoded segments, fetching the uncached ones concurrently."""
-        found: dict[CID, pa.Table] = {}
-        missing = []
-        for cid in cids:
-            table = self._segments.get(cid.bytes)
-            if table is None:
-                missing.append(cid)
-            else:
-                found[cid] = table
-        if missing:
-            # Each worker reads, verifies and decodes one segment: decoding starts as
-            # soon as that block's bytes arrive, not after every block is read.
-            unique = list(dict.fromkeys(missing))
-            decoded = self.map(lambda cid: decode_segment(self.blocks.get(cid)), unique)
-            for cid, table in zip(unique, decoded, strict=True):
-                self._segments.put(cid.bytes, table, table.nbytes)
-                found[cid] = table
-        return [found[cid] for cid in cids]
+        return self.segment_columns([(cid, None) for cid in cids])
 
-    def segment_columns(self, items: Sequence[tuple[CID, frozenset[str]]]) -> list[pa.Table]:
-        """Segments decoded to only the named columns (each item: a segment, its columns).
+    def segment_columns(self, items: Sequence[tuple[CID, Columns]]) -> list[pa.Table]:
+        """Segments decoded to only the named columns (each item: a segment, its columns,
+        None for all), fetching the uncached ones concurrently.
 
         A segment whose whole table is cached is projected from it; otherwise
         only the named columns are decompressed (the block is still read and
         verified whole), and the projection is cached under its columns.
         """
-        found: dict[tuple[bytes, frozenset[str]], pa.Table] = {}
-        missing: list[tuple[CID, frozenset[str]]] = []
+        found: dict[tuple[bytes, Columns], pa.Table] = {}
+        missing: list[tuple[CID, Columns]] = []
         for cid, names in items:
             key = (cid.bytes, names)
+            if key in found:
+                continue
             whole = self._segments.get(cid.bytes)
             if whole is not None:
-                found[key] = whole.select([n for n in whole.column_names if n in names])
+                found[key] = (
+                    whole
+                    if names is None
+                    else whole.select([n for n in whole.column_names if n in names])
+                )
                 continue
-            part = self._segments.get(("columns", *key))
+            part = None if names is None else self._segments.get(("columns", *key))
             if part is None:
                 missing.append((cid, names))
             else:
                 found[key] = part
         if missing:
+            # Each worker reads, verifies and decodes one segment: decoding starts as
+            # soon as that block's bytes arrive, not after every block is read.
             unique = list(dict.fromkeys(missing))
-            decoded = self.map(
+            decoded = self.map_local(
                 lambda item: decode_segment(self.blocks.get(item[0]), item[1]), unique
             )
             for (cid, names), table in zip(unique, decoded, strict=True):
-                self._segments.put(("columns", cid.bytes, names), table, table.nbytes)
+                cache_key: Hashable = cid.bytes if names is None else ("columns", cid.bytes, names)
+                self._segments.put(cache_key, table, table.nbytes)
                 found[(cid.bytes, names)] = table
         return [found[(cid.bytes, names)] for cid, names in items]
 
@@ -226,11 +253,19 @@ class TableStore:
         encoded = self.map(encode_segment, list(tables))
         return self.store_encoded(list(zip(tables, encoded, strict=True)))
 
-    def store_encoded(self, segments: Sequence[tuple[pa.Table, bytes]]) -> list[tuple[CID, int]]:
-        """Store already-encoded segments (and cache their tables); (CID, bytes) each."""
-        cids = self.blocks.put_many([(data, RAW) for _, data in segments])
-        for cid, (table, _) in zip(cids, segments, strict=True):
-            self._segments.put(cid.bytes, table, table.nbytes)
+    def store_encoded(
+        self, segments: Sequence[tuple[pa.Table, bytes]], *, bulk: bool = False
+    ) -> list[tuple[CID, int]]:
+        """Store already-encoded segments (and cache their tables); (CID, bytes) each.
+
+        ``bulk`` (a large write): the blocks may go to the lake at once
+        (``BlockStore.put_many(early=True)``) and their tables are not cached,
+        which would only push out what readers use.
+        """
+        cids = self.blocks.put_many([(data, RAW) for _, data in segments], early=bulk)
+        if not bulk:
+            for cid, (table, _) in zip(cids, segments, strict=True):
+                self._segments.put(cid.bytes, table, table.nbytes)
         return [(cid, len(data)) for cid, (_, data) in zip(cids, segments, strict=True)]
 
     # -- key indexes -------------------------------------------------------------

@@ -8,9 +8,9 @@ connection, only a :class:`TableStore`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,7 +23,6 @@ from merkle.tablets.batch import (
     delete_keys,
     fold,
     load_batch,
-    lookup_pending,
     merge_tier,
     upsert_keys,
     write_batch,
@@ -37,29 +36,28 @@ from merkle.tablets.conform import (
     present_records,
     schema_of_segments,
 )
-from merkle.tablets.evolve import SchemaChange, plan_change, rewrite_rows
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
 from merkle.tablets.keys import key_codec as parse_key_codec
 from merkle.tablets.nodes import BASE, ChildRef, Limits, TableRoot
+from merkle.tablets.reads import TableReads
 from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
 from merkle.tablets.schema import key_schema_fields
 from merkle.tablets.segment import (
     arrow_to_records,
-    concat_segments,
     normalize_arrow,
-    project,
     records_to_arrow,
 )
-from merkle.tablets.settings import check_families, check_limits, key_successor, unreversed
+from merkle.tablets.settings import check_families, check_limits, unreversed
 from merkle.tablets.store import TableStore
 from merkle.tablets.tree import TableSpec, Tree, node_ref
 
+if TYPE_CHECKING:
+    from merkle.tablets.evolve import SchemaChange
+
 __all__ = ["Table", "check_families", "check_limits"]  # the checks live in .settings
 
-_PREFETCH = 8  # leaves whose segments a scan fetches at once
 
-
-class Table:
+class Table(TableReads):
     """An immutable table version over a :class:`TableStore`."""
 
     def __init__(self, ts: TableStore, root: TableRoot) -> None:
@@ -68,6 +66,7 @@ class Table:
         self._data: ChildRef | None = None
         self._data_loaded = False
         self._overlay: Overlay | None = None
+        self._in_merged_known: dict[bytes, bool] = {}  # keys looked up in the merged area
 
     # -- construction ------------------------------------------------------------
 
@@ -332,8 +331,7 @@ class Table:
             folded = fold(contents, spec.key_field, spec.codec)
             return self._rebuilt(tree.apply(data, folded.upserts, folded.deletes))
         up_keys, del_keys = upserts.keys.to_pylist(), deletes.to_pylist()
-        up_merged = np.array(tree.exists(data, up_keys), dtype=bool)
-        del_merged = np.array(tree.exists(data, del_keys), dtype=bool)
+        up_merged, del_merged = self._in_merged(up_keys), self._in_merged(del_keys)
         content = BatchContent(upserts, up_merged, deletes, del_merged)
         # The new count, from whether each key was live before this change: pending
         # batches newest first decide, else the merged area (no overlay fold needed).
@@ -346,6 +344,25 @@ class Table:
         if sum(ts.batch(cid).count for cid in merged) > limit:
             return table.flush()
         return table
+
+    def live(self, keys: Sequence[bytes]) -> np.ndarray:
+        """Whether each sorted, unique encoded key has a record in this version.
+
+        Reads the key blocks of the merged area and the pending batches' key
+        indexes, never a row.
+        """
+        if not keys:
+            return np.zeros(0, dtype=bool)
+        return self._live_before(keys, self._in_merged(keys))
+
+    def _in_merged(self, keys: Sequence[bytes]) -> np.ndarray:
+        """Whether each sorted, unique key is in the merged area (remembered on this value:
+        a commit asks for the keys its no-change check asked for)."""
+        known = self._in_merged_known
+        todo = [key for key in keys if key not in known]
+        if todo:
+            known.update(zip(todo, self._tree().exists(self.data_ref(), todo), strict=True))
+        return np.fromiter((known[key] for key in keys), dtype=bool, count=len(keys))
 
     def _live_before(self, keys: Sequence[bytes], in_merged: np.ndarray) -> np.ndarray:
         """Whether each key (sorted) had a record before the change being applied.
@@ -438,6 +455,8 @@ class Table:
                 "this table was written before merkle-db kept schemas: it has none to alter "
                 "(its fields are schema-free); copy it into a new table to give it one"
             )
+        from merkle.tablets.evolve import plan_change, rewrite_rows  # when a schema changes
+
         plan = plan_change(self.root.schema, self.key, self.root.families, change)
         if not plan.rewrite:
             return self._with(schema=plan.schema)
@@ -462,7 +481,7 @@ class Table:
         for i, ref in enumerate(refs):
             if ref.height != 0:
                 raise UsageError(f"{ref.cid} is an index node, not a tablet")
-            extra = set(self.ts.tablet(ref.cid).segments) - allowed
+            extra = set(self.ts.tablet(ref.cid).families()) - allowed
             if extra:
                 raise UsageError(f"tablet {ref.cid} has families {sorted(extra)} this table lacks")
             if i and ref.first_key <= refs[i - 1].last_key:
@@ -474,166 +493,9 @@ class Table:
             raise UsageError("build_table needs a table whose key codec is known")
         table = self
         if self.root.typed:
-            cids = [cid for ref in refs for cid in self.ts.tablet(ref.cid).segments.values()]
+            cids = [cid for ref in refs for cid in self.ts.tablet(ref.cid).blocks()]
             schema = schema_of_segments(self.root.schema, self.ts.segments(cids), self.key)
             table = self.with_schema(schema)
         tree = table._tree()
         tree._fresh = {}
         return table._rebuilt(tree.finish(refs, check_all=True))
-
-    # -- reads ---------------------------------------------------------------------
-
-    def _empty(self, fields: Sequence[str] | None) -> pa.Table:
-        codec = self.codec
-        key_type = codec.arrow_type if codec is not None else pa.null()
-        return pa.table({self.root.key_field: pa.array([], type=key_type)})
-
-    def empty(self, fields: Sequence[str] | None = None) -> pa.Table:
-        """No rows, with the columns a read of ``fields`` gives."""
-        return self.present(self._empty(fields), fields)
-
-    def get(self, keys: Sequence[Any], fields: Sequence[str] | None = None) -> pa.Table:
-        """The records of the keys that exist (in no particular order), projected to ``fields``."""
-        codec = self.codec
-        if codec is None or not keys:
-            return self._empty(fields)
-        return self.get_encoded(sorted({codec.encode(k) for k in keys}), fields)
-
-    def get_encoded(self, wanted: list[bytes], fields: Sequence[str] | None = None) -> pa.Table:
-        """:meth:`get` of encoded keys, sorted and unique."""
-        codec = self.codec
-        if codec is None or not wanted:
-            return self._empty(fields)
-        key_field = self.root.key_field
-        found, rest = lookup_pending(self.ts, self.root.pending, wanted, key_field, codec)
-        pieces = [project(rows, fields, key_field=key_field) for rows in found]
-        tree = self._tree()
-        for cid, part in tree.locate(self.data_ref(), rest).items():
-            positions = [p for p in tree.tablet_keys(cid).find(part) if p >= 0]
-            if positions:
-                rows = tree.read_table(cid, fields)
-                pieces.append(rows.take(pa.array(positions, type=pa.int64())))
-        if not pieces:
-            return self._empty(fields)
-        if len(pieces) == 1:
-            return pieces[0]
-        return concat_segments(pieces, key_field=key_field)
-
-    def _window(
-        self,
-        from_pk: Any,
-        to_pk: Any,
-        from_index: int | None,
-        to_index: int | None,
-        offset: int | None,
-        limit: int | None,
-        reverse: bool,
-    ) -> tuple[int, int]:
-        for name, value in (
-            ("from_index", from_index),
-            ("to_index", to_index),
-            ("offset", offset),
-            ("limit", limit),
-        ):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 0
-            ):
-                raise UsageError(f"{name} must be a non-negative integer, got {value!r}")
-        start, stop = 0, self.count
-        codec = self.codec
-        if codec is None:
-            return 0, 0
-        tree, overlay, data = self._tree(), self.overlay(), self.data_ref()
-
-        def rank(key: bytes, inclusive: bool) -> int:
-            merged = tree.merged_rank(data, key, inclusive=inclusive)
-            return merged + overlay.delta_before(key, inclusive=inclusive)
-
-        if from_pk is not None:
-            prefix = codec.encode_prefix(from_pk)
-            start = max(start, rank(codec.encode(from_pk) if prefix is None else prefix, False))
-        if to_pk is not None:
-            prefix = codec.encode_prefix(to_pk)
-            if prefix is None:
-                stop = min(stop, rank(codec.encode(to_pk), True))
-            else:
-                after = key_successor(prefix)
-                if after is not None:
-                    stop = min(stop, rank(after, False))
-        if from_index is not None:
-            start = max(start, from_index)
-        if to_index is not None:
-            stop = min(stop, to_index + 1)
-        if not reverse:
-            start += offset or 0
-            if limit is not None:
-                stop = min(stop, start + limit)
-        else:
-            stop -= offset or 0
-            if limit is not None:
-                start = max(start, stop - limit)
-        return start, max(start, stop)
-
-    def scan(
-        self,
-        *,
-        fields: Sequence[str] | None = None,
-        from_pk: Any = None,
-        to_pk: Any = None,
-        from_index: int | None = None,
-        to_index: int | None = None,
-        offset: int | None = None,
-        limit: int | None = None,
-        reverse: bool = False,
-    ) -> Iterator[pa.Table]:
-        """Record batches in key order (descending with ``reverse``); bounds are inclusive."""
-        start, stop = self._window(from_pk, to_pk, from_index, to_index, offset, limit, reverse)
-        if stop <= start:
-            return
-        tree, overlay = self._tree(), self.overlay()
-        plan = tree.plan(self.data_ref(), overlay, start, stop)
-        if reverse:
-            plan.reverse()
-        for i in range(0, len(plan), _PREFETCH):
-            chunk = plan[i : i + _PREFETCH]
-            # Fetch the segments of several leaves concurrently before materialising them.
-            self.prefetch([leaf.ref.cid for leaf in chunk if leaf.ref is not None], fields)
-            for leaf in chunk:
-                rows = tree.materialize(leaf, overlay, fields)
-                if reverse:
-                    rows = rows.take(pa.array(np.arange(rows.num_rows - 1, -1, -1)))
-                yield rows
-
-    def prefetch(self, tablets: Sequence[CID], fields: Sequence[str] | None) -> None:
-        """Fetch, verify and decode the segments ``fields`` needs of ``tablets``, at once."""
-        families = self.spec.families_for(fields)
-        cids = [
-            cid
-            for tablet in tablets
-            for name, cid in self.ts.tablet(tablet).segments.items()
-            if families is None or name in families
-        ]
-        if fields is None:
-            self.ts.segments(cids)
-        else:  # only the wanted columns are decompressed
-            columns = frozenset([self.root.key_field, *fields])
-            self.ts.segment_columns([(cid, columns) for cid in cids])
-
-    def to_arrow(
-        self, *, fields: Sequence[str] | None = None, from_pk: Any = None, to_pk: Any = None
-    ) -> pa.Table:
-        """The whole table (or a key range) as one Arrow table, in the schema's types."""
-        parts = list(self.scan(fields=fields, from_pk=from_pk, to_pk=to_pk))
-        if not parts:
-            return self.empty(fields)
-        return self.present(concat_segments(parts, key_field=self.root.key_field), fields)
-
-    def tablets(self) -> list[ChildRef]:
-        """The tablets of the merged area in key order (pending changes are not in them)."""
-        if not self.root.key_codec:
-            return []
-        return list(self._tree().leaves(self.data_ref()))
-
-    def read_tablet(self, cid: CID, fields: Sequence[str] | None = None) -> pa.Table:
-        """The rows stored in one tablet, projected to ``fields``."""
-        return self._tree().read_rows(cid, fields).table

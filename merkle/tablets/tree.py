@@ -23,43 +23,15 @@ import pyarrow as pa
 from merkle.blocks.cid import CID
 from merkle.errors import IntegrityError
 from merkle.tablets.batch import Overlay
-from merkle.tablets.keyindex import KeyIndex, combine
-from merkle.tablets.keys import KeyCodec
-from merkle.tablets.nodes import (
-    BASE,
-    INDEX,
-    TABLET,
-    ChildRef,
-    IndexNode,
-    Limits,
-    TabletNode,
-)
-from merkle.tablets.rows import SortedRows, concat_sorted, cut_points, merge_changes
-from merkle.tablets.segment import encode_segment, join_families, project, split_families
+from merkle.tablets.keyindex import KeyIndex
+from merkle.tablets.leaves import Leaves, split_ranks
+from merkle.tablets.nodes import INDEX, TABLET, ChildRef, IndexNode
+from merkle.tablets.rows import SortedRows, cut_points, merge_changes
+from merkle.tablets.segment import project
+from merkle.tablets.spec import TableSpec
 from merkle.tablets.store import TableStore
 
 __all__ = ["LeafSlice", "TableSpec", "Tree", "node_ref"]
-
-
-@dataclass(frozen=True, slots=True)
-class TableSpec:
-    """What the tree code needs to know of a table: its key, families and limits."""
-
-    key_field: str
-    codec: KeyCodec
-    families: dict[str, tuple[str, ...]]
-    limits: Limits
-
-    def family_members(self) -> dict[str, str]:
-        """Field name -> family, for the fields that belong to a family."""
-        return {f: fam for fam, members in self.families.items() for f in members}
-
-    def families_for(self, fields: Sequence[str] | None) -> list[str] | None:
-        """The families a projection needs (None: all of them)."""
-        if fields is None:
-            return None
-        wanted = set(fields)
-        return [BASE, *sorted(f for f, members in self.families.items() if wanted & set(members))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,94 +72,32 @@ class Tree:
 
     # -- reading tablets ---------------------------------------------------------
 
+    @property
+    def leaves_io(self) -> Leaves:
+        """Tablet reads and writes, page by page."""
+        return Leaves(self.ts, self.spec)
+
     def tablet_keys(self, cid: CID) -> KeyIndex:
-        """The sorted encoded keys of a tablet (from its base segment, cached)."""
-        tablet = self.ts.tablet(cid)
-        key_field, codec = self.spec.key_field, self.spec.codec
-
-        def build() -> pa.Array:
-            (base,) = self.ts.segment_columns([(tablet.segments[BASE], frozenset([key_field]))])
-            return combine(codec.encode_array(base.column(key_field)))
-
-        return self.ts.key_index(cid, build)
+        """The sorted encoded keys of a tablet (cached)."""
+        return self.leaves_io.keys(cid)
 
     def read_rows(self, cid: CID, fields: Sequence[str] | None = None) -> SortedRows:
         """A tablet's rows (all fields, or the key plus ``fields``) with their encoded keys."""
-        return SortedRows(self.read_table(cid, fields), self.tablet_keys(cid).keys)
+        return self.leaves_io.rows(cid, fields)
 
     def read_table(self, cid: CID, fields: Sequence[str] | None = None) -> pa.Table:
         """A tablet's rows (all fields, or the key plus ``fields``), in key order."""
-        tablet = self.ts.tablet(cid)
-        wanted = self.spec.families_for(fields)
-        names = [f for f in tablet.segments if wanted is None or f in wanted]
-        if BASE in names:
-            names.remove(BASE)
-        names.insert(0, BASE)
-        cids = [tablet.segments[name] for name in names]
-        if fields is None:
-            tables = self.ts.segments(cids)
-        else:  # decode only the wanted columns
-            columns = frozenset([self.spec.key_field, *fields])
-            tables = self.ts.segment_columns([(cid, columns) for cid in cids])
-        if len(tables) == 1:
-            table = tables[0]  # the base segment alone is already the whole row
-        else:
-            table = join_families(dict(zip(names, tables, strict=True)))
-        if fields is not None:
-            table = project(table, fields, key_field=self.spec.key_field)
-        return table
+        return self.leaves_io.table(cid, fields)
 
     # -- writing tablets and index nodes -----------------------------------------
 
     def write_tablets(self, rows: SortedRows) -> list[ChildRef]:
-        """Cut sorted rows into tablets of at most ``tablet_size`` and store them."""
-        n = len(rows)
-        if not n:
-            return []
-        cuts = cut_points(n, self.spec.limits.tablet_size)
-        refs: list[ChildRef] = []
-        group = 16  # tablets encoded at once: bounds memory on huge builds
-        for g in range(0, len(cuts) - 1, group):
-            pieces = [
-                rows.slice(cuts[i], cuts[i + 1]) for i in range(g, min(g + group, len(cuts) - 1))
-            ]
-            refs += self._store_tablets(pieces)
-        return refs
+        """Cut sorted rows into tablets of at most ``tablet_size`` (in pages) and store them."""
+        return self._made(self.leaves_io.write(rows))
 
-    def _encode_piece(self, piece: SortedRows) -> list[tuple[str, pa.Table, bytes]]:
-        """Gather one tablet's rows, split them into families and encode each segment."""
-        parts = split_families(
-            piece.table, key_field=self.spec.key_field, families=self.spec.families
-        )
-        return [
-            (name, table, encode_segment(table))
-            for name, table in parts.items()
-            if name == BASE or table.num_columns
-        ]
-
-    def _store_tablets(self, pieces: list[SortedRows]) -> list[ChildRef]:
-        # Each worker gathers, splits and encodes whole tablets: the row gather of a
-        # bulk load runs on every core, beside the compression of other tablets.
-        encoded = self.ts.map(self._encode_piece, pieces)
-        layouts = [[name for name, _, _ in segments] for segments in encoded]
-        stored = iter(
-            self.ts.store_encoded([(table, data) for segs in encoded for _, table, data in segs])
-        )
-        nodes = []
-        for piece, names in zip(pieces, layouts, strict=True):
-            segs = [next(stored) for _ in names]
-            node = TabletNode(
-                count=len(piece),
-                size=sum(nbytes for _, nbytes in segs),
-                first_key=piece.keys[0].as_py(),
-                last_key=piece.keys[len(piece) - 1].as_py(),
-                segments={name: cid for name, (cid, _) in zip(names, segs, strict=True)},
-            )
-            nodes.append(node)
-        refs = []
-        for node, cid in zip(nodes, self.ts.put_nodes([n.to_node() for n in nodes]), strict=True):
-            self._fresh[cid.bytes] = node.count
-            refs.append(ChildRef(cid, 0, node.count, node.size, node.first_key, node.last_key))
+    def _made(self, refs: list[ChildRef]) -> list[ChildRef]:
+        for ref in refs:
+            self._fresh[ref.cid.bytes] = ref.count
         return refs
 
     def pack(self, refs: Sequence[ChildRef], height: int) -> list[ChildRef]:
@@ -232,10 +142,7 @@ class Tree:
 
     def _merge_pair(self, a: ChildRef, b: ChildRef, check_all: bool) -> list[ChildRef]:
         if a.height == 0:
-            rows = concat_sorted(
-                [self.read_rows(a.cid), self.read_rows(b.cid)], self.spec.key_field
-            )
-            return self.write_tablets(rows)
+            return self._made(self.leaves_io.merge([a, b]))
         children = list(self.ts.index(a.cid).children) + list(self.ts.index(b.cid).children)
         return self.pack(self.fix_underfull(children, check_all=check_all), a.height)
 
@@ -291,8 +198,8 @@ class Tree:
         touched.add(ref.cid)
         node = self.ts.index(ref.cid)
         seps = node.keys
-        up_at = _ranks(upserts.keys, seps)
-        del_at = _ranks(deletes, seps)
+        up_at = split_ranks(upserts.keys, seps)
+        del_at = split_ranks(deletes, seps)
         for i, child in enumerate(node.children):
             self._route(
                 child,
@@ -304,8 +211,7 @@ class Tree:
 
     def _rewrite_leaf(self, job: tuple[ChildRef, SortedRows, pa.Array]) -> list[ChildRef]:
         ref, upserts, deletes = job
-        merged = merge_changes(self.read_rows(ref.cid), upserts, deletes, self.spec.key_field)
-        return self.write_tablets(merged)
+        return self.leaves_io.rewrite(ref, upserts, deletes)
 
     def _splice(
         self, ref: ChildRef, rewritten: dict[CID, list[ChildRef]], touched: set[CID]
@@ -400,7 +306,8 @@ class Tree:
         if leaf.ref is None:
             table = upserts.table
         elif not len(upserts) and not len(deletes):
-            table = self.read_table(leaf.ref.cid, fields)  # no pending change: keys not needed
+            # No pending change: only the pages that hold the rows are read.
+            return self.leaves_io.slice(leaf.ref.cid, leaf.start, leaf.stop, fields)
         else:
             base = self.read_rows(leaf.ref.cid, fields)
             table = merge_changes(base, upserts, deletes, self.spec.key_field).table
@@ -412,7 +319,7 @@ class Tree:
         ref = data
         while ref is not None:
             if ref.height == 0:
-                return rank + self.tablet_keys(ref.cid).rank(key, inclusive=inclusive)
+                return rank + self.leaves_io.rank(ref.cid, key, inclusive=inclusive)
             node = self.ts.index(ref.cid)
             i = bisect.bisect_right(node.keys, key)
             rank += sum(child.count for child in node.children[:i])
@@ -443,15 +350,14 @@ class Tree:
     def exists(self, data: ChildRef | None, keys: Sequence[bytes]) -> list[bool]:
         """Whether each encoded key is in the merged area (keys sorted and unique)."""
         found: set[bytes] = set()
-        for cid, part in self.locate(data, keys).items():
-            rows = self.tablet_keys(cid).find(part)
+        groups = self.locate(data, keys)
+        leaves = self.leaves_io
+        # Every key block needed, from every tablet, fetched at once.
+        self.ts.prefetch_nodes(list(groups))
+        self.ts.segment_columns(
+            [block for cid, part in groups.items() for block in leaves.key_blocks(cid, part)]
+        )
+        for cid, part in groups.items():
+            rows = leaves.find(cid, part)
             found.update(k for k, r in zip(part, rows, strict=True) if r >= 0)
         return [k in found for k in keys]
-
-
-def _ranks(keys: pa.Array, separators: Sequence[bytes]) -> list[int]:
-    """Split points of sorted ``keys`` at each separator: ``[0, r1, ..., len]``."""
-    if not len(keys):
-        return [0] * (len(separators) + 2)
-    index = KeyIndex(keys)
-    return [0, *(index.rank(s) for s in separators), len(keys)]

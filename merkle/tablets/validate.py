@@ -13,13 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow.compute as pc
+import pyarrow as pa
 
 from merkle.blocks.cid import CID
 from merkle.errors import IntegrityError, MerkleError
+from merkle.lazy import compute as pc
 from merkle.tablets.batch import TIER_FANIN, Overlay, batch_tier, load_batch
 from merkle.tablets.keyindex import combine
-from merkle.tablets.nodes import BASE, ChildRef
+from merkle.tablets.nodes import BASE, ChildRef, TabletNode
 from merkle.tablets.store import TableStore
 from merkle.tablets.table import Table
 from merkle.tablets.tree import TableSpec, Tree, node_ref
@@ -111,7 +112,6 @@ class _Walk:
             here,
             "key range differs from its parent's record",
         )
-        check(BASE in tablet.segments, here, "has no base segment")
         check(
             0 < tablet.count <= spec.limits.tablet_size,
             here,
@@ -123,52 +123,109 @@ class _Walk:
                 here,
                 f"holds {tablet.count} records, under the minimum {spec.limits.min_tablet}",
             )
-        size = 0
-        members = spec.family_members()
-        for name, cid in tablet.segments.items():
-            check(
-                name == BASE or name in spec.families,
-                here,
-                f"has a segment for unknown family {name!r}",
+        if tablet.pages:
+            keys = self.pages(tablet, here)
+        else:
+            check(BASE in tablet.segments, here, "has no base segment")
+            size = sum(
+                self.family(name, cid, tablet.count, here) for name, cid in tablet.segments.items()
             )
-            table = self.ts.segment(cid)
-            size += self.ts.blocks.stat(cid).size
             check(
-                table.num_rows == tablet.count,
+                size == tablet.size,
                 here,
-                f"segment {name!r} has {table.num_rows} rows, the tablet says {tablet.count}",
+                f"segments hold {size} bytes, the tablet says {tablet.size}",
             )
-            for field in table.column_names:
-                if name == BASE:
-                    check(
-                        field == spec.key_field or field not in members,
-                        here,
-                        f"field {field!r} is in the base segment but belongs to family "
-                        f"{members.get(field)!r}",
-                    )
-                else:
-                    check(
-                        members.get(field) == name,
-                        here,
-                        f"field {field!r} is in segment {name!r} but not in that family",
-                    )
-        check(
-            size == tablet.size, here, f"segments hold {size} bytes, the tablet says {tablet.size}"
-        )
-        keys = combine(
-            spec.codec.encode_array(self.ts.segment(tablet.segments[BASE]).column(spec.key_field))
-        )
-        if len(keys) > 1:
-            check(
-                pc.all(pc.less(keys.slice(0, len(keys) - 1), keys.slice(1))).as_py(),
-                here,
-                "keys are not strictly increasing",
-            )
+            base = self.ts.segment(tablet.segments[BASE]).column(spec.key_field)
+            keys = combine(spec.codec.encode_array(base))
+        self.ordered(keys, here)
         check(
             keys[0].as_py() == tablet.first_key and keys[len(keys) - 1].as_py() == tablet.last_key,
             here,
             "first or last key differs from its rows",
         )
+
+    def pages(self, tablet: TabletNode, here: str) -> pa.Array:
+        """Check a version 2 tablet's pages; the encoded keys of all its rows."""
+        check, spec = self.check, self.spec
+        limit = spec.limits.page_rows
+        check(
+            sum(page.size for page in tablet.pages) == tablet.size,
+            here,
+            f"pages hold {sum(page.size for page in tablet.pages)} bytes, "
+            f"the tablet says {tablet.size}",
+        )
+        all_keys: list[pa.Array] = []
+        for i, page in enumerate(tablet.pages):
+            where = f"{here} page {i}"
+            check(
+                0 < page.count <= limit,
+                where,
+                f"holds {page.count} records; pages hold 1 to {limit}",
+            )
+            key_table = self.ts.segment(page.keys)
+            check(
+                key_table.column_names == [spec.key_field] and key_table.num_rows == page.count,
+                where,
+                f"key block holds columns {key_table.column_names} and {key_table.num_rows} rows; "
+                f"the page holds {page.count} rows of key {spec.key_field!r}",
+            )
+            size = self.ts.blocks.stat(page.keys).size
+            for name, cid in page.families.items():
+                if cid is not None:
+                    size += self.family(name, cid, page.count, where, paged=True)
+            check(size == page.size, where, f"blocks hold {size} bytes, the page says {page.size}")
+            keys = combine(spec.codec.encode_array(key_table.column(0)))
+            check(keys[0].as_py() == page.first_key, where, "first key differs from its rows")
+            if all_keys:
+                check(
+                    all_keys[-1][len(all_keys[-1]) - 1].as_py() < page.first_key,
+                    where,
+                    "overlaps or is out of order with the page before it",
+                )
+            all_keys.append(keys)
+        return pa.concat_arrays(all_keys)
+
+    def family(self, name: str, cid: CID, count: int, here: str, *, paged: bool = False) -> int:
+        """Check one family's segment or page block; its stored bytes."""
+        check, spec = self.check, self.spec
+        members = spec.family_members()
+        check(
+            name == BASE or name in spec.families, here, f"has a block of unknown family {name!r}"
+        )
+        table = self.ts.segment(cid)
+        check(
+            table.num_rows == count,
+            here,
+            f"block of family {name!r} has {table.num_rows} rows, the tablet says {count}",
+        )
+        for field in table.column_names:
+            if name == BASE:
+                check(
+                    (field == spec.key_field and not paged) or field not in members,
+                    here,
+                    f"field {field!r} is in the base block but belongs to family "
+                    f"{members.get(field)!r}",
+                )
+                check(
+                    not (paged and field == spec.key_field),
+                    here,
+                    "a page's base block holds the key column (it belongs in the key block)",
+                )
+            else:
+                check(
+                    members.get(field) == name,
+                    here,
+                    f"field {field!r} is in family {name!r}'s block but not in that family",
+                )
+        return self.ts.blocks.stat(cid).size
+
+    def ordered(self, keys: pa.Array, here: str) -> None:
+        if len(keys) > 1:
+            self.check(
+                pc.all(pc.less(keys.slice(0, len(keys) - 1), keys.slice(1))).as_py(),
+                here,
+                "keys are not strictly increasing",
+            )
 
 
 def validate(ts: TableStore, root: CID | Table) -> None:

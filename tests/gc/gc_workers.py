@@ -299,12 +299,15 @@ def crash_in_commit(
         rows = [{"id": 10_000 + i, "qty": i, "tag": f"{tag}-{i}"} for i in range(30)]
         db = db.write("orders", rows)
 
-        def stop_before_entry(*args: Any, **kwargs: Any) -> Any:
+        # A commit writes its blocks in the same store call as its journal entry,
+        # the entry last: write the blocks, then stop where the entry would go.
+        def stop_before_entry(items: Any, key: str, data: bytes) -> bool:
+            conn.store.put_many(items)
             flushed.set()
             never.wait()
             raise AssertionError("the parent should have killed this process")
 
-        conn.refs.commit = stop_before_entry  # type: ignore[method-assign]
+        conn.store.put_if_absent_after = stop_before_entry  # type: ignore[method-assign]
         db.commit(message="never lands")
     except BaseException as exc:
         _report_errors(results, "crashing writer")(exc)

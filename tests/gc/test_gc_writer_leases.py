@@ -59,19 +59,20 @@ def _hook(obj: Any, name: str, before: Callable[[], None], monkeypatch: pytest.M
     monkeypatch.setattr(obj, name, hooked)
 
 
-class RevertWriter:
-    """A thread committing ROWS_A again (a revert), stopped at chosen points of its commit."""
+class CommitThread:
+    """A thread committing ``db`` with ``message``, stopped at chosen points of its commit
+    by hooks; :meth:`join` gives its result or raises its error."""
 
-    def __init__(self, conn: merkle.Connection) -> None:
-        self.db = conn.open_db("shop").write("t", ROWS_A)
-        self.conn = conn
+    def __init__(self, db: merkle.Database, message: str) -> None:
+        self.db = db
+        self.message = message
         self.result: merkle.Database | None = None
         self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name="revert-writer")
+        self.thread = threading.Thread(target=self._run, name=f"{message}-writer")
 
     def _run(self) -> None:
         try:
-            self.result = self.db.commit(message="revert")
+            self.result = self.db.commit(message=self.message)
         except BaseException as exc:
             self.error = exc
 
@@ -82,6 +83,14 @@ class RevertWriter:
             raise self.error
         assert self.result is not None
         return self.result
+
+
+class RevertWriter(CommitThread):
+    """A thread committing ROWS_A again (a revert), stopped at chosen points of its commit."""
+
+    def __init__(self, conn: merkle.Connection) -> None:
+        super().__init__(conn.open_db("shop").write("t", ROWS_A), "revert")
+        self.conn = conn
 
 
 def _wait(event: threading.Event, what: str) -> None:
@@ -101,16 +110,18 @@ def test_a_block_refreshed_after_the_listing_survives_a_collection_that_stops_wa
             inside.set()  # the commit holds its writer lease now
             _wait(listed, "the collector listed the blocks")
 
-        real_put_hashed = writer.blocks.put_hashed
+        # A commit refreshes the blocks it reuses (and learns which it must write) in
+        # ``absent``; it writes the new ones with its journal entry.
+        real_absent = writer.blocks.absent
 
-        def put_hashed(*args: Any, **kwargs: Any) -> Any:
+        def absent(*args: Any, **kwargs: Any) -> Any:
             pause_before_flush()
             try:
-                return real_put_hashed(*args, **kwargs)
+                return real_absent(*args, **kwargs)
             finally:
                 flushed.set()
 
-        monkeypatch.setattr(writer.blocks, "put_hashed", put_hashed)
+        monkeypatch.setattr(writer.blocks, "absent", absent)
         _hook(writer.refs, "commit", lambda: _wait(collected, "the collection ended"), monkeypatch)
         revert.thread.start()
         _wait(inside, "the writer is inside its commit")
@@ -150,7 +161,7 @@ def test_a_writer_that_commits_while_the_collector_waits_keeps_its_refreshed_blo
             inside.set()
             _wait(listed, "the collector listed the blocks")
 
-        _hook(writer.blocks, "put_hashed", pause_before_flush, monkeypatch)
+        _hook(writer.blocks, "absent", pause_before_flush, monkeypatch)
         revert.thread.start()
         _wait(inside, "the writer is inside its commit")
         real_live = collector.leases.live

@@ -321,6 +321,22 @@ def test_put_if_absent(store: ObjectStore) -> None:
     assert store.get("refs/db/1") == b"third"
 
 
+def test_put_if_absent_after_writes_the_items_then_the_key(store: ObjectStore) -> None:
+    items = [(f"blocks/{i}", bytes([i]) * 100) for i in range(5)]
+    assert store.put_if_absent_after(items, "refs/db/1", b"entry") is True
+    assert store.get("refs/db/1") == b"entry"
+    assert store.get_many([k for k, _ in items]) == dict(items)
+    more = [("blocks/9", b"nine")]
+    assert store.put_if_absent_after(more, "refs/db/1", b"other") is False
+    assert store.get("refs/db/1") == b"entry"
+    assert store.get("blocks/9") == b"nine"  # written whether or not the key was created
+    assert store.put_if_absent_after([], "refs/db/2", b"alone") is True
+    with pytest.raises(UsageError):
+        store.put_if_absent_after([("/bad", b"x")], "refs/db/3", b"never")
+    assert not store.exists("refs/db/3")
+    assert not [k for k in keys_of(store) if k.startswith(".")]
+
+
 def race_put_if_absent(store: ObjectStore, key: str, threads: int) -> dict[int, bool]:
     """Start ``threads`` conditional puts of ``key`` at once; each writer's result."""
     barrier = threading.Barrier(threads)

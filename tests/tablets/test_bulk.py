@@ -162,6 +162,14 @@ def test_key_ranges_algebra() -> None:
     assert picked.to_pylist() == [1, 2, 4]
 
 
+def _family_blocks(table: Table, tablet: Any, family: str) -> list[Any]:
+    """The blocks of one family in a tablet: in every page, or its one segment (version 1)."""
+    node = table.ts.tablet(tablet)
+    if not node.pages:
+        return [node.segments[family]]
+    return [page.families[family] for page in node.pages if page.families.get(family)]
+
+
 def test_a_projection_fetches_only_the_families_it_needs() -> None:
     table, model = _table([(True, list(range(40)))])
     table = table.flush()
@@ -175,7 +183,8 @@ def test_a_projection_fetches_only_the_families_it_needs() -> None:
 
     blocks.get = counting_get  # type: ignore[method-assign]
     fresh = Table(TableStore(blocks), table.root)  # no decoded segments cached
-    family = {str(fresh.ts.tablet(ref.cid).segments["f"]) for ref in fresh.tablets()}
+    family = {str(cid) for ref in fresh.tablets() for cid in _family_blocks(fresh, ref.cid, "f")}
+    assert family
     rows = [
         r
         for s in bulk.plan_reads(fresh, target_bytes=1)
@@ -193,3 +202,40 @@ def test_a_projection_fetches_only_the_families_it_needs() -> None:
     ]
     assert family <= set(fetched)
     assert all(r["b"] == str(r["k"]) for r in rows)
+
+
+def test_a_bulk_write_makes_the_tablets_a_flush_makes() -> None:
+    """Paged tablets: group rewrites keep untouched pages, so the tree is the flush's, by CID."""
+    ts = TableStore(BlockStore(open_store("memory://")))
+    limits = Limits(tablet_size=2_000, branching=8, patch=100, page_size=128)
+    table = Table.new(ts, key_field="k", key_codec="int", families={"f": {"b"}}, limits=limits)
+
+    def rows(keys: list[int]) -> pa.Table:
+        return pa.table(
+            {"k": pa.array(keys, pa.int64()), "a": keys, "b": [f"{k}" * 3 for k in keys]}
+        )
+
+    table = table.write(rows(list(range(0, 10_000, 2))), 1).flush()
+    table = table.write(rows([7, 9]), 2)  # pending changes, laid under the bulk write's
+    new = rows([1_001, 1_003, 3_000, 9_999])
+    groups = bulk.plan_groups(table)
+    ids = bulk.route(bulk.encode_keys(table, new), [g.lo for g in groups[1:]])
+    leaves: list[bulk.TabletInfo] = []
+    fresh: set[str] = set()
+    for group in groups:
+        made = bulk.rewrite_group(table, group, upserts=new.filter(pa.array(ids == group.index)))
+        if made is None:
+            leaves += [group.tablet] if group.tablet is not None else []
+        else:
+            leaves += made
+            fresh.update(t.cid for t in made)
+    for a, b in reversed(bulk.plan_merges(table, leaves, fresh)):
+        leaves[a:b] = merged = bulk.merge_leaves(table, leaves[a:b])
+        fresh.update(t.cid for t in merged)
+    built = bulk.splice(table, leaves, fresh=fresh)
+    flushed = table.write(new, 3).flush()
+    assert all(ts.tablet(ref.cid).paged for ref in built.tablets())
+    assert built.data_ref() == flushed.data_ref()
+    before = {tuple(p.blocks()) for ref in table.tablets() for p in ts.tablet(ref.cid).pages}
+    after = {tuple(p.blocks()) for ref in built.tablets() for p in ts.tablet(ref.cid).pages}
+    assert len(after - before) == 4  # the pages of 7 and 9, 1,001 and 1,003, 3,000, 9,999

@@ -59,11 +59,14 @@ class TableModel(RuleBasedStateMachine):
             cls._codec = key_codec("int")
         return cls._codec
 
+    #: Tiny tablets: every page holds one record.
+    limits = Limits(tablet_size=8, branching=4, patch=16)
+
     def __init__(self) -> None:
         super().__init__()
         self.ts = TableStore(BlockStore(open_store("memory://")))
         families = {"fam": {"b"}}
-        limits = Limits(tablet_size=8, branching=4, patch=16)
+        limits = self.limits
         self.table = Table.new(
             self.ts, key_field="k", key_codec="int", families=families, limits=limits
         )
@@ -196,3 +199,15 @@ TableModel.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_table_model = TableModel.TestCase
+
+
+class PagedTableModel(TableModel):
+    """The same model with tablets of several pages of several records (8 records a page,
+    at least 2 after a rewrite, 16 to 64 records a tablet): pages split, merge, are reused
+    across tablet splits and merges."""
+
+    limits = Limits(tablet_size=64, branching=4, patch=16, page_size=8)
+
+
+PagedTableModel.TestCase.settings = TableModel.TestCase.settings
+test_paged_table_model = PagedTableModel.TestCase

@@ -1,0 +1,237 @@
+"""Reading one table version: point reads, ranked windows, scans.
+
+The read half of :class:`merkle.tablets.table.Table` (mixed into it): point
+reads route keys through the pending batches and then to the pages that may
+hold them, fetching every candidate page of every tablet at once; scans are
+planned by rank (each subtree's count plus the overlay's delta over its key
+range), so bounds, offsets and limits skip whole subtrees, and fetch the
+pages of a few leaves at a time, only those that hold the rows wanted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+from merkle.blocks.cid import CID
+from merkle.errors import UsageError
+from merkle.tablets.batch import Overlay, lookup_pending
+from merkle.tablets.keys import KeyCodec
+from merkle.tablets.leaves import Block
+from merkle.tablets.nodes import ChildRef, TableRoot
+from merkle.tablets.segment import concat_segments, project
+from merkle.tablets.settings import key_successor
+from merkle.tablets.store import TableStore
+from merkle.tablets.tree import LeafSlice, TableSpec, Tree
+
+__all__ = ["TableReads"]
+
+_PREFETCH = 8  # leaves whose blocks a scan fetches at once (at most)
+_DECODED_PER_STORED = 3  # about how much bigger rows are decoded than stored (LZ4)
+
+
+class TableReads:
+    """Point reads, windows and scans of one table version (mixed into ``Table``)."""
+
+    if TYPE_CHECKING:
+        ts: TableStore
+        root: TableRoot
+
+        @property
+        def codec(self) -> KeyCodec | None: ...
+        @property
+        def spec(self) -> TableSpec: ...
+        @property
+        def count(self) -> int: ...
+        def data_ref(self) -> ChildRef | None: ...
+        def overlay(self) -> Overlay: ...
+        def _tree(self) -> Tree: ...
+        def present(self, raw: pa.Table, fields: Sequence[str] | None = None) -> pa.Table: ...
+
+    def _empty(self, fields: Sequence[str] | None) -> pa.Table:
+        codec = self.codec
+        key_type = codec.arrow_type if codec is not None else pa.null()
+        return pa.table({self.root.key_field: pa.array([], type=key_type)})
+
+    def empty(self, fields: Sequence[str] | None = None) -> pa.Table:
+        """No rows, with the columns a read of ``fields`` gives."""
+        return self.present(self._empty(fields), fields)
+
+    def get(self, keys: Sequence[Any], fields: Sequence[str] | None = None) -> pa.Table:
+        """The records of the keys that exist (in no particular order), projected to ``fields``."""
+        codec = self.codec
+        if codec is None or not keys:
+            return self._empty(fields)
+        return self.get_encoded(sorted({codec.encode(k) for k in keys}), fields)
+
+    def get_encoded(self, wanted: list[bytes], fields: Sequence[str] | None = None) -> pa.Table:
+        """:meth:`get` of encoded keys, sorted and unique."""
+        codec = self.codec
+        if codec is None or not wanted:
+            return self._empty(fields)
+        key_field = self.root.key_field
+        found, rest = lookup_pending(self.ts, self.root.pending, wanted, key_field, codec)
+        pieces = [project(rows, fields, key_field=key_field) for rows in found]
+        tree = self._tree()
+        groups = tree.locate(self.data_ref(), rest)
+        leaves = tree.leaves_io
+        # The candidate pages of every tablet, fetched at once.
+        self.ts.prefetch_nodes(list(groups))
+        self.ts.segment_columns(
+            [
+                block
+                for cid, part in groups.items()
+                for block in leaves.candidate_blocks(cid, part, fields)
+            ]
+        )
+        for cid, part in groups.items():
+            rows = leaves.take(cid, part, fields)
+            if rows is not None:
+                pieces.append(rows)
+        if not pieces:
+            return self._empty(fields)
+        if len(pieces) == 1:
+            return pieces[0]
+        return concat_segments(pieces, key_field=key_field)
+
+    def _window(
+        self,
+        from_pk: Any,
+        to_pk: Any,
+        from_index: int | None,
+        to_index: int | None,
+        offset: int | None,
+        limit: int | None,
+        reverse: bool,
+    ) -> tuple[int, int]:
+        for name, value in (
+            ("from_index", from_index),
+            ("to_index", to_index),
+            ("offset", offset),
+            ("limit", limit),
+        ):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0
+            ):
+                raise UsageError(f"{name} must be a non-negative integer, got {value!r}")
+        start, stop = 0, self.count
+        codec = self.codec
+        if codec is None:
+            return 0, 0
+        tree, overlay, data = self._tree(), self.overlay(), self.data_ref()
+
+        def rank(key: bytes, inclusive: bool) -> int:
+            merged = tree.merged_rank(data, key, inclusive=inclusive)
+            return merged + overlay.delta_before(key, inclusive=inclusive)
+
+        if from_pk is not None:
+            prefix = codec.encode_prefix(from_pk)
+            start = max(start, rank(codec.encode(from_pk) if prefix is None else prefix, False))
+        if to_pk is not None:
+            prefix = codec.encode_prefix(to_pk)
+            if prefix is None:
+                stop = min(stop, rank(codec.encode(to_pk), True))
+            else:
+                after = key_successor(prefix)
+                if after is not None:
+                    stop = min(stop, rank(after, False))
+        if from_index is not None:
+            start = max(start, from_index)
+        if to_index is not None:
+            stop = min(stop, to_index + 1)
+        if not reverse:
+            start += offset or 0
+            if limit is not None:
+                stop = min(stop, start + limit)
+        else:
+            stop -= offset or 0
+            if limit is not None:
+                start = max(start, stop - limit)
+        return start, max(start, stop)
+
+    def scan(
+        self,
+        *,
+        fields: Sequence[str] | None = None,
+        from_pk: Any = None,
+        to_pk: Any = None,
+        from_index: int | None = None,
+        to_index: int | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> Iterator[pa.Table]:
+        """Record batches in key order (descending with ``reverse``); bounds are inclusive."""
+        start, stop = self._window(from_pk, to_pk, from_index, to_index, offset, limit, reverse)
+        if stop <= start:
+            return
+        tree, overlay = self._tree(), self.overlay()
+        plan = tree.plan(self.data_ref(), overlay, start, stop)
+        if reverse:
+            plan.reverse()
+        leaves = tree.leaves_io
+        for chunk in self._chunks(plan):
+            # Fetch the blocks of several leaves concurrently before materialising them:
+            # only the pages that hold the rows wanted, where no pending change falls.
+            self.ts.prefetch_nodes([leaf.ref.cid for leaf in chunk if leaf.ref is not None])
+            blocks: list[Block] = []
+            for leaf in chunk:
+                if leaf.ref is None:
+                    continue
+                if overlay.has_entries(leaf.lo, leaf.hi):
+                    blocks += leaves.blocks(leaf.ref.cid, fields)
+                else:
+                    blocks += leaves.slice_blocks(leaf.ref.cid, leaf.start, leaf.stop, fields)
+            self.ts.segment_columns(blocks)
+            for leaf in chunk:
+                rows = tree.materialize(leaf, overlay, fields)
+                if reverse:
+                    rows = rows.take(pa.array(np.arange(rows.num_rows - 1, -1, -1)))
+                yield rows
+
+    def _chunks(self, plan: Sequence[LeafSlice]) -> Iterator[list[LeafSlice]]:
+        """The plan's leaves in groups fetched at once: at most :data:`_PREFETCH`, and
+        no more (decoded) than a part of the cache, so that a group is still cached
+        when it is read however small the cache."""
+        budget = max(1, self.ts.cache_bytes // (3 * _DECODED_PER_STORED))
+        chunk: list[LeafSlice] = []
+        used = 0
+        for leaf in plan:
+            ref = leaf.ref
+            size = 0 if ref is None else ref.size * (leaf.stop - leaf.start) // max(1, ref.count)
+            if chunk and (len(chunk) >= _PREFETCH or used + size > budget):
+                yield chunk
+                chunk, used = [], 0
+            chunk.append(leaf)
+            used += size
+        if chunk:
+            yield chunk
+
+    def prefetch(self, tablets: Sequence[CID], fields: Sequence[str] | None) -> None:
+        """Fetch, verify and decode at once what a read of ``fields`` needs of ``tablets``:
+        only the families that hold those fields, and of them only those columns."""
+        leaves = self._tree().leaves_io
+        self.ts.prefetch_nodes(list(tablets))
+        self.ts.segment_columns([block for cid in tablets for block in leaves.blocks(cid, fields)])
+
+    def to_arrow(
+        self, *, fields: Sequence[str] | None = None, from_pk: Any = None, to_pk: Any = None
+    ) -> pa.Table:
+        """The whole table (or a key range) as one Arrow table, in the schema's types."""
+        parts = list(self.scan(fields=fields, from_pk=from_pk, to_pk=to_pk))
+        if not parts:
+            return self.empty(fields)
+        return self.present(concat_segments(parts, key_field=self.root.key_field), fields)
+
+    def tablets(self) -> list[ChildRef]:
+        """The tablets of the merged area in key order (pending changes are not in them)."""
+        if not self.root.key_codec:
+            return []
+        return list(self._tree().leaves(self.data_ref()))
+
+    def read_tablet(self, cid: CID, fields: Sequence[str] | None = None) -> pa.Table:
+        """The rows stored in one tablet, projected to ``fields``."""
+        return self._tree().read_rows(cid, fields).table

@@ -1,0 +1,270 @@
+"""Tablets kept in pages: what a read, an existence check and a write touch, and old tablets.
+
+Every test runs on a cold table store over a store that records which blocks
+are read, so "a point read fetches one page per family" is checked block by
+block, not inferred from timings.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from merkle.blocks import BlockStore
+from merkle.blocks.codec import check_node, encode_node
+from merkle.errors import IntegrityError
+from merkle.gc.mark import Marker
+from merkle.storage.memory import MemoryStore
+from merkle.tablets import Limits, Table, TableStore, validate
+from merkle.tablets import store as store_module
+from merkle.tablets.nodes import BASE, PAGED_TABLET_VERSION, TABLET, TabletNode
+from merkle.tablets.rows import sort_rows
+from merkle.tablets.segment import encode_segment, split_families
+from merkle.tablets.tree import Tree
+from tests.blocks.spy import SpyStore
+
+ROWS = 5_000
+LIMITS = Limits(tablet_size=2_000, branching=8, patch=100, page_size=128)
+
+
+class _Reads(SpyStore):
+    """A store that remembers every key read with ``get``."""
+
+    def __init__(self, inner: MemoryStore) -> None:
+        super().__init__(inner)
+        self.read: list[str] = []
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> bytes:
+        with self._lock:
+            self.read.append(key)
+        return super().get(key)
+
+
+def _rows(keys: np.ndarray) -> pa.Table:
+    return pa.table(
+        {
+            "id": pa.array(keys, pa.int64()),
+            "name": pa.array([f"n{k}" for k in keys]),
+            "price": pa.array(keys * 0.5),
+            "blob": pa.array([f"{k}" * 3 for k in keys]),
+        }
+    )
+
+
+@pytest.fixture
+def lake() -> tuple[MemoryStore, Table]:
+    store = MemoryStore()
+    ts = TableStore(BlockStore(store))
+    table = Table.new(ts, key_field="id", families={"big": ["blob"]}, limits=LIMITS)
+    keys = np.random.default_rng(3).permutation(ROWS) * 2  # even keys: odd ones are absent
+    table = table.write(_rows(keys), version=1)
+    return store, Table.load(ts, table.save())
+
+
+def _cold(store: MemoryStore, table: Table) -> tuple[_Reads, Table]:
+    reads = _Reads(store)
+    ts = TableStore(BlockStore(reads))
+    return reads, Table.load(ts, table.save())
+
+
+def _page_blocks(table: Table) -> tuple[set[str], set[str]]:
+    """The object keys of every key block, and of every family block."""
+    keys, families = set(), set()
+    for ref in table.tablets():
+        for page in table.ts.tablet(ref.cid).pages:
+            keys.add(BlockStore.key(page.keys))
+            families.update(BlockStore.key(c) for c in page.families.values() if c is not None)
+    return keys, families
+
+
+def test_tablets_are_paged(lake: tuple[MemoryStore, Table]) -> None:
+    _, table = lake
+    validate(table.ts, table)
+    tablets = [table.ts.tablet(ref.cid) for ref in table.tablets()]
+    assert all(t.paged and len(t.pages) > 1 for t in tablets)
+    assert all(page.count <= LIMITS.page_rows for t in tablets for page in t.pages)
+    node = table.ts.blocks.get_node(table.tablets()[0].cid)
+    assert node["v"] == PAGED_TABLET_VERSION
+    assert sorted(node["pages"]["families"]) == ["base", "big"]
+
+
+def test_point_read_fetches_one_block_per_family(lake: tuple[MemoryStore, Table]) -> None:
+    store, table = lake
+    key_blocks, family_blocks = _page_blocks(table)
+    reads, cold = _cold(store, table)
+    rows = cold.get([1234])
+    assert rows.column("name").to_pylist() == ["n1234"]
+    data = [k for k in reads.read if k in key_blocks | family_blocks]
+    assert len([k for k in data if k in key_blocks]) == 1
+    assert len([k for k in data if k in family_blocks]) == 2  # base and "big"
+    reads.read.clear()
+    assert cold.get([8_000], fields=["name"]).column("name").to_pylist() == ["n8000"]
+    data = [k for k in reads.read if k in key_blocks | family_blocks]
+    assert len(data) == 2  # its key block and its base block: "big" is not needed
+
+
+def test_a_projection_reads_its_families_and_decodes_only_its_columns(
+    lake: tuple[MemoryStore, Table], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store, table = lake
+    family: dict[str, set[str]] = {}
+    for ref in table.tablets():
+        for page in table.ts.tablet(ref.cid).pages:
+            for name, cid in page.families.items():
+                if cid is not None:
+                    family.setdefault(name, set()).add(BlockStore.key(cid))
+    decoded: list[list[str]] = []
+    real = store_module.decode_segment
+
+    def recording(data: bytes, columns: Any = None) -> pa.Table:
+        out = real(data, columns)
+        decoded.append(out.column_names)
+        return out
+
+    monkeypatch.setattr(store_module, "decode_segment", recording)
+    reads, cold = _cold(store, table)
+    rows = cold.to_arrow(fields=["blob"])  # base (none of its columns decoded) and "big"
+    assert rows.column_names == ["id", "blob"]
+    assert rows.column("blob").to_pylist()[:2] == ["000", "222"]
+    assert family["big"] <= set(reads.read)
+    assert decoded
+    assert all(names in (["id"], ["blob"], []) for names in decoded)
+    reads.read.clear()
+    decoded.clear()
+    rows = cold.to_arrow(fields=["name"])
+    assert rows.column_names == ["id", "name"]
+    assert rows.column("name").to_pylist() == [f"n{k}" for k in range(0, 2 * ROWS, 2)]
+    assert not set(reads.read) & family["big"]
+    assert family[BASE] <= set(reads.read)  # read and verified whole...
+    assert decoded
+    assert all("price" not in names for names in decoded)  # ...but "price" never decoded
+
+
+def test_existence_check_reads_key_blocks_only(lake: tuple[MemoryStore, Table]) -> None:
+    store, table = lake
+    key_blocks, family_blocks = _page_blocks(table)
+    reads, cold = _cold(store, table)
+    wanted = sorted(cold.codec.encode(k) for k in (10, 11, 4_000, 9_998, 20_000))
+    found = Tree(cold.ts, cold.spec).exists(cold.data_ref(), wanted)
+    assert found == [True, False, True, True, False]
+    assert not set(reads.read) & family_blocks
+    assert set(reads.read) & key_blocks
+
+
+def test_small_commit_checks_existence_on_key_blocks(lake: tuple[MemoryStore, Table]) -> None:
+    store, table = lake
+    _, family_blocks = _page_blocks(table)
+    reads, cold = _cold(store, table)
+    written = cold.write(_rows(np.array([4, 5, 7_000])), version=2)  # two updates, one insert
+    assert written.count == ROWS + 1
+    assert not set(reads.read) & family_blocks
+
+
+def test_flush_rewrites_only_the_touched_pages(lake: tuple[MemoryStore, Table]) -> None:
+    _, table = lake
+    changed = table.write(_rows(np.array([1_001, 1_003, 1_005])), version=2).flush()
+    validate(changed.ts, changed)
+    before = {p.keys for ref in table.tablets() for p in table.ts.tablet(ref.cid).pages}
+    after = {p.keys for ref in changed.tablets() for p in changed.ts.tablet(ref.cid).pages}
+    assert len(after - before) == 1  # the one page that holds keys 1,000 to 1,006
+    assert changed.get([1_003]).column("name").to_pylist() == ["n1003"]
+
+
+def test_a_growing_tablet_splits_at_page_boundaries(lake: tuple[MemoryStore, Table]) -> None:
+    _, table = lake
+    last = table.tablets()[-1]
+    old_pages = {p.keys for p in table.ts.tablet(last.cid).pages}
+    grown = table
+    for version, start in enumerate(range(ROWS * 2, ROWS * 2 + 1_500, 100), start=2):
+        grown = grown.write(_rows(np.arange(start, start + 100)), version=version).flush()
+    validate(grown.ts, grown)
+    assert len(grown.tablets()) > len(table.tablets())
+    pages = {p.keys for ref in grown.tablets() for p in grown.ts.tablet(ref.cid).pages}
+    # Every page of the old last tablet is reused but the one that took the appended rows.
+    assert len(old_pages - pages) <= 1
+
+
+def test_gc_marking_reaches_every_page(lake: tuple[MemoryStore, Table]) -> None:
+    _, table = lake
+    marker = Marker(table.ts.blocks)
+    marker.mark([table.save()], "the table")
+    key_blocks, family_blocks = _page_blocks(table)
+    marked = {BlockStore.key(c) for c in map(_cid, marker.marked)}
+    assert key_blocks | family_blocks <= marked
+
+
+def _cid(raw: bytes):  # type: ignore[no-untyped-def]
+    from merkle.blocks.cid import CID
+
+    return CID.from_bytes(raw)
+
+
+def _legacy(table: Table, keys: np.ndarray) -> list[str]:
+    """Version 1 tablets (one segment per family), as merkle-db wrote them before pages."""
+    spec = table.spec
+    rows = sort_rows(_rows(keys), "id", spec.codec)
+    ids = []
+    for start in range(0, len(rows), 1_000):
+        piece = rows.slice(start, min(start + 1_000, len(rows)))
+        parts = split_families(piece.table, key_field="id", families=spec.families)
+        segments = {}
+        size = 0
+        for name, part in parts.items():
+            if name == BASE or part.num_columns:
+                data = encode_segment(part)
+                segments[name] = table.ts.blocks.put(data, "raw")
+                size += len(data)
+        node = TabletNode(
+            len(piece), size, piece.keys[0].as_py(), piece.keys[len(piece) - 1].as_py(), segments
+        )
+        ids.append(table.ts.put_node(node.to_node()))
+    return ids
+
+
+def test_version_1_tablets_read_and_turn_into_pages_when_written() -> None:
+    ts = TableStore(BlockStore(MemoryStore()))
+    families = {"big": ["blob"]}
+    empty = Table.new(ts, key_field="id", key_codec="int", families=families, limits=LIMITS)
+    table = empty.build_from(_legacy(empty, np.arange(0, 6_000, 2)))
+    validate(ts, table)
+    assert not any(ts.tablet(ref.cid).paged for ref in table.tablets())
+    assert table.get([10]).column("blob").to_pylist() == ["101010"]
+    assert table.to_arrow().num_rows == 3_000
+    assert [t.column("id")[0].as_py() for t in table.scan(from_pk=2_001, limit=1)] == [2_002]
+    changed = table.write(_rows(np.array([11])), version=2).flush()
+    validate(ts, changed)
+    paged = [ts.tablet(ref.cid).paged for ref in changed.tablets()]
+    assert paged == [True, False, False]  # only the tablet the write touched was rewritten
+    assert changed.get([11, 12]).column("name").to_pylist() == ["n11", "n12"]
+
+
+def test_a_reader_of_version_1_refuses_a_paged_tablet_asking_for_an_upgrade(
+    lake: tuple[MemoryStore, Table],
+) -> None:
+    _, table = lake
+    node = table.ts.blocks.get_node(table.tablets()[0].cid)
+    with pytest.raises(IntegrityError, match="upgrade merkle-db"):
+        check_node(node, TABLET)  # what a merkle-db from before pages does with it
+    future = {**node, "v": PAGED_TABLET_VERSION + 1}
+    with pytest.raises(IntegrityError, match="upgrade merkle-db"):
+        TabletNode.from_node(future)
+
+
+def test_damaged_page_layouts_are_integrity_errors(lake: tuple[MemoryStore, Table]) -> None:
+    _, table = lake
+    node = table.ts.blocks.get_node(table.tablets()[0].cid)
+    pages = node["pages"]
+    for damaged in (
+        {**pages, "counts": pages["counts"][:-1]},
+        {**pages, "families": {"big": pages["families"]["big"]}},
+        {**pages, "keys": ["not a link", *pages["keys"][1:]]},
+        {**pages, "first_keys": [b"\x00", *pages["first_keys"][1:]]},
+    ):
+        with pytest.raises(IntegrityError, match="malformed"):
+            TabletNode.from_node({**node, "pages": damaged})
+    assert encode_node(TabletNode.from_node(node).to_node()) == encode_node(node)
