@@ -125,8 +125,9 @@ def _diff_section(quick: bool) -> str:
         f"Table of {rows:,} rows (int64 key, float, string; 100,000-row tablets), file lake, "
         "median of 3 cold runs (new connection each: no decoded block cached; OS page "
         "cache warm; the second full read reuses the decoded blocks the two versions "
-        "share). The pending case reads the batch and the tablets that hold the old "
-        "records of the 100 keys (the old values are part of the answer).\n\n" + table
+        "share). The pending case reads the batch and, in the tablets, only the pages "
+        "that hold the old records of the 100 keys (the old values are part of the "
+        "answer).\n\n" + table
     )
 
 

@@ -255,12 +255,14 @@ class _Side:
                 take = pa.array(hits, type=pa.int64())
                 found.append(SortedRows(upserts.table.take(take), upserts.keys.take(take)))
             rest = [k for k, r, d in zip(wanted, rows, gone, strict=True) if r < 0 and d < 0]
+        leaves = self.tree.leaves_io
         for ref, part in _locate(self.tree, self.table.data_ref(), rest):
-            rows_of = self.tablet_rows(ref)
-            positions = [p for p in self.tree.tablet_keys(ref.cid).find(part) if p >= 0]
-            if positions:
-                take = pa.array(positions, type=pa.int64())
-                found.append(SortedRows(rows_of.table.take(take), rows_of.keys.take(take)))
+            # Only the pages that hold the keys are read (key block, then the fields').
+            taken = leaves.take(ref.cid, part, self.fields)
+            if taken is None:
+                continue
+            held = [k for k, r in zip(part, leaves.find(ref.cid, part), strict=True) if r >= 0]
+            found.append(SortedRows(taken, pa.array(held, type=keys.type)))
         if not found:
             return self._empty()
         merged = _concat(found, self.key_field)
