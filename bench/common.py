@@ -11,12 +11,14 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import importlib.metadata
+import logging
 import os
 import platform
 import re
 import statistics
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,8 @@ __all__ = [
     "machine_markdown",
     "markdown_table",
     "mb_per_s",
+    "moto_endpoint",
+    "new_bucket",
     "repeat",
     "replace_section",
     "temp_dir",
@@ -330,3 +334,33 @@ def write_section(
     finally:
         os.close(directory)
     return target
+
+
+@contextlib.contextmanager
+def moto_endpoint() -> Iterator[str]:
+    """The endpoint of a fresh moto S3 server on 127.0.0.1 (any free port), stopped afterwards."""
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "bench"),
+        ("AWS_SECRET_ACCESS_KEY", "bench"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+    ):
+        os.environ.setdefault(name, value)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()
+
+
+def new_bucket(endpoint: str) -> str:
+    """A new, empty bucket on the S3 server at ``endpoint``: its name."""
+    import boto3
+
+    name = f"bench-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=name)
+    return name

@@ -21,13 +21,19 @@ Run: ``python -m bench refs [--quick]``.
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
-import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
-from bench.common import Timing, fmt_duration, markdown_table, repeat, temp_dir, time_each
+from bench.common import (
+    Timing,
+    fmt_duration,
+    markdown_table,
+    moto_endpoint,
+    new_bucket,
+    repeat,
+    temp_dir,
+    time_each,
+)
 from merkle.blocks.cid import CID
 from merkle.refs import JournalEntry, RefManager
 from merkle.refs.entry import encode_entry, entry_key, head_key
@@ -50,32 +56,12 @@ def _root(i: int) -> str:
 @contextlib.contextmanager
 def moto_store() -> Iterator[ObjectStore]:
     """An S3 store on a fresh bucket of a moto server on 127.0.0.1, stopped afterwards."""
-    import boto3
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no line per request
-
-    for name, value in (
-        ("AWS_ACCESS_KEY_ID", "bench"),
-        ("AWS_SECRET_ACCESS_KEY", "bench"),
-        ("AWS_DEFAULT_REGION", "us-east-1"),
-    ):
-        os.environ.setdefault(name, value)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        bucket = f"bench-{uuid.uuid4().hex[:12]}"
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(
-            Bucket=bucket
-        )
+    with moto_endpoint() as endpoint:
+        bucket = new_bucket(endpoint)
         with open_store(
             f"s3://{bucket}/lake", endpoint_url=endpoint, region_name="us-east-1"
         ) as store:
             yield store
-    finally:
-        server.stop()
 
 
 @contextlib.contextmanager

@@ -15,20 +15,22 @@
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
 import random
 import time
-import uuid
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
 
 import merkle
-from bench.common import fmt_bytes, fmt_duration, markdown_table, temp_dir
+from bench.common import (
+    fmt_bytes,
+    fmt_duration,
+    markdown_table,
+    moto_endpoint,
+    new_bucket,
+    temp_dir,
+)
 from merkle.storage import open_store
 from tests.versions.counting import CountingStore
 
@@ -131,39 +133,11 @@ def _diff_section(quick: bool) -> str:
     )
 
 
-@contextlib.contextmanager
-def _moto() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    for name, value in (
-        ("AWS_ACCESS_KEY_ID", "bench"),
-        ("AWS_SECRET_ACCESS_KEY", "bench"),
-        ("AWS_DEFAULT_REGION", "us-east-1"),
-    ):
-        os.environ.setdefault(name, value)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        yield f"http://{host}:{port}"
-    finally:
-        server.stop()
-
-
-def _bucket(endpoint: str) -> str:
-    import boto3
-
-    name = f"bench-{uuid.uuid4().hex[:12]}"
-    boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=name)
-    return name
-
-
 def _aws_sync_copy(lake: Path, endpoint: str) -> tuple[float, int, int]:
     """Upload every block file the way ``aws s3 sync`` does: 10 threads, one PUT each."""
     import boto3
 
-    bucket = _bucket(endpoint)
+    bucket = new_bucket(endpoint)
     client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
     files = [p for p in (lake / "blocks").iterdir() if p.is_file() and not p.name.startswith(".")]
 
@@ -179,10 +153,10 @@ def _aws_sync_copy(lake: Path, endpoint: str) -> tuple[float, int, int]:
 def _push_section(quick: bool) -> str:
     rows = 100_000 if quick else 1_000_000
     out = []
-    with temp_dir("merkle-bench-push-") as scratch, _moto() as endpoint:
+    with temp_dir("merkle-bench-push-") as scratch, moto_endpoint() as endpoint:
         lake = scratch / "lake"
         _load(lake.as_uri(), rows)
-        s3_uri = f"s3://{_bucket(endpoint)}/lake"
+        s3_uri = f"s3://{new_bucket(endpoint)}/lake"
         options = {"endpoint_url": endpoint, "region_name": "us-east-1"}
         with merkle.connect(lake) as src, merkle.connect(s3_uri, **options) as dst:
             seconds, report = _timed(lambda: merkle.sync(src, dst, "big"))
