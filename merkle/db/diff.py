@@ -361,15 +361,23 @@ def commit_counts(conn: Connection, entry: JournalEntry) -> ChangeCounts | None:
 
     Measured against its first parent: the previous entry, the source of a
     clone, or nothing for a database's first version. Reads only what differs.
+    None too when the parent is gone (retention trimmed it): nothing to
+    measure against.
     """
     if entry.root is None:
         return None
     new = conn.open_db(entry.db, version=entry.version)
-    if entry.forked_from is not None:
-        old = conn.open_db(entry.forked_from["db"], version=entry.forked_from["version"])
-    elif entry.parent is not None and conn.refs.get(entry.db, entry.parent).root is not None:
-        old = conn.open_db(entry.db, version=entry.parent)
-    else:
+    try:
+        if entry.forked_from is not None:
+            source = entry.forked_from
+            old = conn.open_db(source["db"], version=source["version"])
+        elif entry.parent is not None and conn.refs.get(entry.db, entry.parent).root is not None:
+            old = conn.open_db(entry.db, version=entry.parent)
+        else:
+            old = None
+    except NotFoundError:
+        return None
+    if old is None:
         total = ChangeCounts()
         for name in new.list_tables():
             total += count_changes(None, new._table(name))
