@@ -15,6 +15,14 @@ with that one fault, and a fresh connection checks:
 Memory and file stores run every position and kind (about 260 runs, 6 s
 and 16 s). S3 (moto over HTTP, about 2 s a run) is a sample: every write
 applied with its reply lost, and a failure of every 24th read; slow.
+
+A fault is addressed as "the n-th call of this operation", not as the k-th
+call of all: whether a writer refreshes (``touch``) a block it re-puts
+depends on the clock (S3 reports modification times in whole seconds, so a
+block written in the lease's first second may read as older than the lease),
+and a touch more or less must not shift every later position. For the same
+reason the S3 plan injects no fault into ``touch`` itself; the memory and
+file sweeps, whose clocks are exact, do.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import pickle
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,11 +77,14 @@ def sweep(
     clean_log = list(store.log)
     failures = []
     runs = 0
+    per_op: Counter[str] = Counter()
     for k, (op, _subject) in enumerate(clean_log, start=1):
+        per_op[op] += 1
         for kind in plan(k, op):
             runs += 1
-            faulty, problems = run_once(fresh(f"k{k}-{kind}"), [Fault(kind, at=k)])
-            assert len(faulty.fired) == 1, f"fault {kind} at {k} did not fire"
+            fault = Fault(kind, at=per_op[op], op=op)
+            faulty, problems = run_once(fresh(f"k{k}-{kind}"), [fault])
+            assert len(faulty.fired) == 1, f"fault {kind} at {op} call {per_op[op]} did not fire"
             if problems:
                 hit = faulty.fired[0]
                 failures.append(
@@ -97,6 +109,8 @@ def test_single_faults_on_s3(moto_endpoint: str) -> None:
     options = {"endpoint_url": moto_endpoint, "region_name": "us-east-1", "max_attempts": 1}
 
     def plan(k: int, op: str) -> tuple[FaultKind, ...]:
+        if op == "touch":
+            return ()  # present or not by the second-resolution clock (see the module doc)
         if op in READS:
             return ("refused",) if k % S3_READ_STRIDE == 0 else ()
         return ("applied",)
