@@ -13,17 +13,25 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from merkle.db.inputs import as_arrow, as_rows, is_arrow_like
 from merkle.errors import UsageError
 from merkle.lazy import compute as pc
-from merkle.tablets.conform import KeyLayout, conform_records
+from merkle.tablets.conform import KeyLayout, conform_records, stored_field
+from merkle.tablets.patches import Patches
 from merkle.tablets.rows import SortedRows, sort_rows
-from merkle.tablets.schema import is_free, storage_type
 from merkle.tablets.table import Table
 
-__all__ = ["MATCHED", "NOT_MATCHED", "deleted_keys", "updated_rows", "upserted_records"]
+__all__ = [
+    "MATCHED",
+    "NOT_MATCHED",
+    "deleted_keys",
+    "update_patches",
+    "updated_rows",
+    "upserted_records",
+]
 
 #: What ``upsert`` does with a record whose key exists: merge the given fields
 #: into it, replace it whole, or leave it.
@@ -32,6 +40,56 @@ MATCHED = ("update", "replace", "skip")
 NOT_MATCHED = ("insert", "skip")
 
 Condition = Callable[[dict[str, Any], dict[str, Any]], Any]
+
+
+def update_patches(
+    table: Table, changes: Mapping[Any, Mapping[str, Any]]
+) -> tuple[Table, Patches] | None:
+    """The patches ``{key: {field: value}}`` makes (see :mod:`merkle.tablets.patches`), and
+    the table with any new field in its schema; None when there is nothing to do.
+
+    Reads no record: the values are conformed to the table's schema here and
+    laid over the records when they are read or flushed; keys without a
+    record are dropped at commit. For a table from before schemas (records
+    merged one by one) use :func:`updated_rows`.
+    """
+    _check_changes(table, changes)
+    codec = table.codec
+    if codec is None or not changes:
+        return None
+    key = table.key
+    if key.composite:
+        partial = [{**_key_record(key, k), **f} for k, f in changes.items()]
+    else:
+        name = key.fields[0]
+        partial = [{name: k, **f} for k, f in changes.items()]
+    done = conform_records(
+        partial, table.root.schema, key, codec, new_free=table.root.free_default, partial=True
+    )
+    column = table.root.key_field
+    rows = sort_rows(done.rows, column, codec)
+    by_key = dict(
+        zip(codec.encode_array(done.rows.column(column)).to_pylist(), changes.values(), strict=True)
+    )
+    touched = [by_key[k] for k in rows.keys.to_pylist()]
+    stored = rows.table
+    masks: dict[str, np.ndarray] = {}
+    for name in dict.fromkeys(n for f in changes.values() for n in f):
+        if name not in stored.column_names:
+            if name not in done.schema.names:
+                continue  # never a field and only ever set to None: nothing to do
+            field = stored_field(done.schema.field(name))
+            stored = _with_field(stored, field, pa.nulls(len(stored), field.type))
+        masks[name] = np.fromiter((name in f for f in touched), dtype=bool, count=len(touched))
+    if not masks:
+        return None
+    stored = stored.select([column, *(n for n in stored.column_names if n in masks)])
+    return table.with_schema(done.schema), Patches(SortedRows(stored, rows.keys), masks)
+
+
+def _with_field(table: pa.Table, field: pa.Field, column: pa.Array) -> pa.Table:
+    at = 1 + sum(1 for other in table.column_names[1:] if other < field.name)
+    return table.add_column(at, field, column)
 
 
 def updated_rows(
@@ -76,7 +134,7 @@ def updated_rows(
         if field is None:
             if name not in done.schema.names:
                 continue  # never a field and only ever set to None: nothing to do
-            field = pa.field(name, _storage(done.schema.field(name)))
+            field = stored_field(done.schema.field(name))
         touched = pa.array([name in touched_by[k] for k in keys], pa.bool_())
         new_column = (
             new.column(name) if name in new.column_names else pa.nulls(len(keys), field.type)
@@ -91,10 +149,6 @@ def updated_rows(
     ]
     rows = pa.Table.from_arrays([out[n] for n in names], schema=pa.schema(fields))
     return table.with_schema(done.schema), SortedRows(rows, old.keys)
-
-
-def _storage(field: pa.Field) -> pa.DataType:
-    return pa.binary() if is_free(field) else storage_type(field.type)
 
 
 def _key_record(key: KeyLayout, value: Any) -> dict[str, Any]:
@@ -114,10 +168,11 @@ def _check_changes(table: Table, changes: Any) -> None:
         raise UsageError(
             f"update takes a mapping key -> {{field: value}}, got {type(changes).__name__}"
         )
+    key_fields = table.key.fields
     for value, fields in changes.items():
         if not isinstance(fields, Mapping):
             raise UsageError(f"update of key {value!r}: the changes must be a dict of fields")
-        touched = set(fields) & set(table.key.fields)
+        touched = [name for name in key_fields if name in fields]
         if touched:
             raise UsageError(
                 f"update of key {value!r} changes the key field {sorted(touched)[0]!r}: "

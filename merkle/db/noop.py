@@ -20,6 +20,8 @@ import pyarrow as pa
 from merkle.db.ops import Delete, DeleteWhere, Update, Upsert, Write
 from merkle.db.tablestate import TableState
 from merkle.tablets.keyindex import combine
+from merkle.tablets.patches import Patches, apply_patches
+from merkle.tablets.rows import SortedRows
 from merkle.tablets.table import Table
 
 if TYPE_CHECKING:
@@ -68,6 +70,8 @@ def _same(table: Table, state: TableState) -> bool:
         return False
     if len(content.deletes) and table.live(content.deletes.to_pylist()).any():
         return False
+    if content.patches is not None and not _patches_same(table, content.patches):
+        return False
     # A few rows first: a real change almost always shows there, for one small lookup.
     bounds = [0, *range(min(_FIRST, len(rows)), len(rows), _CHUNK), len(rows)]
     for start, stop in itertools.pairwise(bounds):
@@ -82,6 +86,29 @@ def _same(table: Table, state: TableState) -> bool:
         encoded = combine(codec.encode_array(found.column(table.root.key_field)))
         found = found.take(pa.compute.sort_indices(encoded))
         if not _equal(_compact(found), _compact(wanted)):
+            return False
+    return True
+
+
+def _patches_same(table: Table, patches: Patches) -> bool:
+    """Whether every patch of a live key sets the values its record already holds
+    (a patch of a key without a record does nothing)."""
+    live = table.live(patches.keys.to_pylist())
+    patches = patches.select(live)
+    key_field = table.root.key_field
+    codec = table.codec
+    assert codec is not None
+    bounds = [0, *range(min(_FIRST, len(patches)), len(patches), _CHUNK), len(patches)]
+    for start, stop in itertools.pairwise(bounds):
+        if start >= stop:
+            continue
+        part = patches.slice(start, stop)
+        found = table.get_encoded(part.keys.to_pylist())
+        encoded = combine(codec.encode_array(found.column(key_field)))
+        order = pa.compute.sort_indices(encoded)
+        current = SortedRows(found.take(order), encoded.take(order))
+        patched = apply_patches(current, part, key_field)
+        if not _equal(_compact(current.table), _compact(patched.table)):
             return False
     return True
 

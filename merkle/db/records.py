@@ -51,8 +51,17 @@ class RecordOps:
         Keys without a record are left alone; a value of None removes the field.
         Replayed on a concurrent head, it changes the records as they are there."""
         state = self._state(table)
-        from merkle.db.changes import updated_rows
+        from merkle.db.changes import update_patches, updated_rows
 
+        if state.table.root.typed:
+            # Field-level patches: no record is read now (see merkle.tablets.patches).
+            patched = update_patches(state.table, changes)
+            if patched is None:
+                return self  # type: ignore[return-value]
+            changed, patches = patched
+            new_state = TableState(changed, (*state.changes, TableChange(patches=patches)))
+            op = Update(table, changed.root.uid, dict(changes))
+            return self._with_table(table, new_state, op)
         done = updated_rows(self._table(table), changes)
         if done is None or not len(done[1]):
             return self  # type: ignore[return-value]

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from merkle.tablets.batch import BatchContent, fold
+from merkle.tablets.patches import Patches
 from merkle.tablets.rows import SortedRows, empty_keys
 from merkle.tablets.table import Table
 
@@ -21,10 +22,12 @@ __all__ = ["TableChange", "TableState"]
 
 @dataclass(frozen=True)
 class TableChange:
-    """A buffered write (sorted Arrow rows) or delete (encoded keys) on one table."""
+    """A buffered write (sorted Arrow rows), delete (encoded keys) or field-level update
+    (patches) on one table."""
 
     upserts: SortedRows | None = None
     deletes: pa.Array | None = None
+    patches: Patches | None = None
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class TableState:
         done = self._cache.get("table")
         if done is None:
             folded = self.folded()
-            done = self.table.apply_changes(folded.upserts, folded.deletes, version)
+            done = self.table.apply_changes(folded.upserts, folded.deletes, version, folded.patches)
             self._cache["table"] = done
         return done
 
@@ -52,14 +55,20 @@ class TableState:
         spec = self.table.spec
         codec = spec.codec
         contents = []
+        empty = pa.table({spec.key_field: pa.array([], type=codec.arrow_type)})
         for change in reversed(self.changes):
             if change.upserts is not None:
                 rows = change.upserts
                 none = np.zeros(len(rows), bool)
                 contents.append(BatchContent(rows, none, empty_keys(codec), np.zeros(0, bool)))
+            elif change.patches is not None:
+                none = np.zeros(0, bool)
+                nothing = SortedRows(empty, empty_keys(codec))
+                contents.append(
+                    BatchContent(nothing, none, empty_keys(codec), none, change.patches)
+                )
             else:
                 assert change.deletes is not None
-                empty = pa.table({spec.key_field: pa.array([], type=codec.arrow_type)})
                 dels = change.deletes
                 contents.append(
                     BatchContent(

@@ -15,7 +15,7 @@ key removes one, everything else replaces or removes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +26,7 @@ from merkle.lazy import compute as pc
 from merkle.tablets.keyindex import KeyIndex, combine
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.nodes import BatchNode
+from merkle.tablets.patches import Patches, apply_patches, compose, no_patches
 from merkle.tablets.rows import SortedRows, empty_keys
 from merkle.tablets.segment import concat_segments
 from merkle.tablets.store import TableStore
@@ -61,20 +62,48 @@ class BatchContent:
     upserts_in_merged: np.ndarray
     deletes: pa.Array  # encoded keys, sorted, unique, disjoint from the upsert keys
     deletes_in_merged: np.ndarray
+    patches: Patches | None = None  # keys disjoint from both; None or non-empty
 
     @property
     def count(self) -> int:
-        return len(self.upserts) + len(self.deletes)
+        return len(self.upserts) + len(self.deletes) + self.patch_count
+
+    @property
+    def patch_count(self) -> int:
+        return len(self.patches) if self.patches is not None else 0
+
+    def without_patches(self) -> BatchContent:
+        return BatchContent(
+            self.upserts, self.upserts_in_merged, self.deletes, self.deletes_in_merged
+        )
 
 
-def upsert_keys(ts: TableStore, node: BatchNode, key_field: str, codec: KeyCodec) -> KeyIndex:
-    """The sorted encoded keys of a batch's upserts (cached by segment); empty if none."""
-    segment = node.upserts
+def _segment_keys(ts: TableStore, segment: CID | None, key_field: str, codec: KeyCodec) -> KeyIndex:
+    """The sorted encoded keys of a batch's segment (cached by segment); empty if none."""
     if segment is None:
         return KeyIndex(empty_keys(codec))
     return ts.key_index(
         segment, lambda: combine(codec.encode_array(ts.segment(segment).column(key_field)))
     )
+
+
+def upsert_keys(ts: TableStore, node: BatchNode, key_field: str, codec: KeyCodec) -> KeyIndex:
+    """The sorted encoded keys of a batch's upserts (cached by segment); empty if none."""
+    return _segment_keys(ts, node.upserts, key_field, codec)
+
+
+def patch_keys(ts: TableStore, node: BatchNode, key_field: str, codec: KeyCodec) -> KeyIndex:
+    """The sorted encoded keys a batch patches (cached by segment); empty if none."""
+    return _segment_keys(ts, node.patches, key_field, codec)
+
+
+def load_patches(ts: TableStore, node: BatchNode, key_field: str, codec: KeyCodec) -> Patches:
+    """A batch's patches (empty if none)."""
+    if node.patches is None:
+        return no_patches(key_field, codec)
+    keys = patch_keys(ts, node, key_field, codec).keys
+    masks = {name: _unpack_bits(bits, node.patch_count) for name, bits in node.patched}
+    return Patches(SortedRows(ts.segment(node.patches), keys), masks)
 
 
 def delete_keys(ts: TableStore, cid: CID, node: BatchNode) -> KeyIndex:
@@ -84,16 +113,20 @@ def delete_keys(ts: TableStore, cid: CID, node: BatchNode) -> KeyIndex:
 
 def lookup_pending(
     ts: TableStore, pending: Sequence[CID], keys: Sequence[bytes], key_field: str, codec: KeyCodec
-) -> tuple[list[pa.Table], list[bytes]]:
-    """Point lookups in the pending batches: the rows found, and the keys no batch decides.
+) -> tuple[list[pa.Table], list[bytes], Patches | None]:
+    """Point lookups in the pending batches: the rows found, the keys no batch decides, and
+    the patches to lay over those keys' rows in the merged area (None if none).
 
     Batches are searched newest first through their cached key indexes (a key
     the newest batch holding it upserts is found there; one it deletes is
-    gone): no overlay of every pending batch is folded, so a read right after
-    a commit costs a few binary searches, not a fold of the pending changes.
+    gone; one it patches is looked for further, the patch kept to lay over
+    what is found): no overlay of every pending batch is folded, so a read
+    right after a commit costs a few binary searches, not a fold of the
+    pending changes.
     """
     found: list[pa.Table] = []
     undecided = list(keys)
+    newer: list[Patches] = []  # patches met so far, newest first
     for cid in pending:
         if not undecided:
             break
@@ -103,12 +136,22 @@ def lookup_pending(
             rows = np.array(upsert_keys(ts, node, key_field, codec).find(undecided))
             hit = rows >= 0
             if hit.any():
-                found.append(ts.segment(node.upserts).take(pa.array(rows[hit])))
+                taken = ts.segment(node.upserts).take(pa.array(rows[hit]))
+                if newer:
+                    hit_keys = pa.array([k for k, h in zip(undecided, hit, strict=True) if h])
+                    patch = compose(newer, key_field)
+                    taken = apply_patches(SortedRows(taken, hit_keys), patch, key_field).table
+                found.append(taken)
             decided |= hit
         if node.deletes:
             decided |= np.array(delete_keys(ts, cid, node).find(undecided)) >= 0
+        if node.patches is not None:
+            at = np.array(patch_keys(ts, node, key_field, codec).find(undecided))
+            if (at >= 0).any():
+                mine = load_patches(ts, node, key_field, codec)
+                newer.append(mine.select(np.isin(np.arange(len(mine)), at[at >= 0])))
         undecided = [key for key, done in zip(undecided, decided, strict=True) if not done]
-    return found, undecided
+    return found, undecided, compose(newer, key_field) if newer else None
 
 
 def load_batch(ts: TableStore, cid: CID, key_field: str, codec: KeyCodec) -> BatchContent:
@@ -127,6 +170,7 @@ def load_batch(ts: TableStore, cid: CID, key_field: str, codec: KeyCodec) -> Bat
         _unpack_bits(node.upserts_in_merged, node.upsert_count),
         deletes,
         _unpack_bits(node.deletes_in_merged, len(node.deletes)),
+        load_patches(ts, node, key_field, codec) if node.patches is not None else None,
     )
 
 
@@ -134,9 +178,14 @@ def write_batch(ts: TableStore, content: BatchContent, lower: int, upper: int) -
     """Store a batch: its upserts as one Arrow segment, its deletes inline in the node."""
     upserts_cid: CID | None = None
     size = sum(len(k) for k in content.deletes.to_pylist())
+    tables = [content.upserts.table] if len(content.upserts) else []
+    patches = content.patches if content.patch_count else None
+    if patches is not None:
+        tables.append(patches.rows.table)
+    stored = ts.put_segments(tables) if tables else []
+    size += sum(nbytes for _, nbytes in stored)
     if len(content.upserts):
-        ((upserts_cid, nbytes),) = ts.put_segments([content.upserts.table])
-        size += nbytes
+        upserts_cid = stored[0][0]
     node = BatchNode(
         lower=lower,
         upper=upper,
@@ -146,20 +195,67 @@ def write_batch(ts: TableStore, content: BatchContent, lower: int, upper: int) -
         deletes=tuple(content.deletes.to_pylist()),
         deletes_in_merged=_pack_bits(content.deletes_in_merged),
         size=size,
+        patches=stored[-1][0] if patches is not None else None,
+        patch_count=len(patches) if patches is not None else 0,
+        patched=tuple((n, _pack_bits(b)) for n, b in patches.masks.items()) if patches else (),
     )
     return ts.put_node(node.to_node())
 
 
 def fold(contents: Sequence[BatchContent], key_field: str, codec: KeyCodec) -> BatchContent:
-    """Fold batches given newest first into one, the newest change of each key winning."""
-    key_type = empty_keys(codec).type
+    """Fold batches given newest first into one, the newest change of each key winning.
+
+    Patches newer than a key's upsert are laid over it; patches older than
+    its newest upsert or delete are dropped; patches of a key no batch
+    upserts or deletes stay patches (composed, newest field value winning).
+    """
     contents = [c for c in contents if c.count]
-    if not contents:
-        empty = pa.array([], type=key_type)
-        table = pa.table({key_field: pa.array([], type=codec.arrow_type)})
-        return BatchContent(SortedRows(table, empty), np.zeros(0, bool), empty, np.zeros(0, bool))
     if len(contents) == 1:
         return contents[0]
+    if not any(c.patch_count for c in contents):
+        return _fold_whole(contents, key_field, codec)[0]
+    whole, rank_of = _fold_whole([c.without_patches() for c in contents], key_field, codec)
+    newer: list[Patches] = []
+    for rank, content in enumerate(contents):
+        if content.patches is not None:
+            # A patch counts only over what is older than it.
+            older = np.asarray(rank_of(content.patches.keys)) > rank
+            newer.append(content.patches.select(older))
+    patches = compose(newer, key_field)
+    if not len(patches):
+        return whole
+    upserts = apply_patches(whole.upserts, patches, key_field)
+    decided = pa.concat_arrays([whole.upserts.keys, whole.deletes.cast(whole.upserts.keys.type)])
+    alone = pc.invert(pc.is_in(patches.keys, value_set=decided)).to_numpy(zero_copy_only=False)
+    left = patches.select(alone)
+    return BatchContent(
+        upserts,
+        whole.upserts_in_merged,
+        whole.deletes,
+        whole.deletes_in_merged,
+        left if len(left) else None,
+    )
+
+
+def _fold_whole(
+    contents: Sequence[BatchContent], key_field: str, codec: KeyCodec
+) -> tuple[BatchContent, Callable[[pa.Array], np.ndarray]]:
+    """:func:`fold` of batches without patches, and a function giving, for encoded keys,
+    the rank (position in ``contents``) of the batch whose upsert or delete won (one
+    past the oldest if none)."""
+    key_type = empty_keys(codec).type
+    if not any(c.count for c in contents):
+        empty = pa.array([], type=key_type)
+        table = pa.table({key_field: pa.array([], type=codec.arrow_type)})
+        none = np.zeros(0, bool)
+        content = BatchContent(SortedRows(table, empty), none, empty, none)
+        return content, lambda keys: np.full(len(keys), len(contents), dtype=np.int64)
+    if len(contents) == 1:
+        only = contents[0]
+        decided = pa.concat_arrays([only.upserts.keys, only.deletes.cast(key_type)])
+        return only, lambda keys: np.where(
+            pc.is_in(keys, value_set=decided).to_numpy(zero_copy_only=False), 0, 1
+        )
     keys, ranks, kinds, rows, flags = [], [], [], [], []
     row_base = 0
     for rank, content in enumerate(contents):
@@ -188,11 +284,21 @@ def fold(contents: Sequence[BatchContent], key_field: str, codec: KeyCodec) -> B
     in_merged = entries.column("in_merged").to_numpy(zero_copy_only=False)
     row = entries.column("row").to_numpy()
     keys_sorted = entries.column("k").combine_chunks()
+    winner = entries.column("rank").to_numpy()
     is_upsert = kind == 0
     all_rows = concat_segments([c.upserts.table for c in contents], key_field=key_field)
     upserts = SortedRows(all_rows.take(pa.array(row[is_upsert])), keys_sorted.filter(is_upsert))
     deletes = keys_sorted.filter(pa.array(~is_upsert))
-    return BatchContent(upserts, in_merged[is_upsert], deletes, in_merged[~is_upsert])
+    content = BatchContent(upserts, in_merged[is_upsert], deletes, in_merged[~is_upsert])
+
+    def rank_of(wanted: pa.Array) -> np.ndarray:
+        at = pc.index_in(wanted, value_set=keys_sorted)
+        found = at.is_valid().to_numpy(zero_copy_only=False)
+        out = np.full(len(wanted), len(contents), dtype=np.int64)
+        out[found] = winner[at.filter(at.is_valid()).to_numpy()]
+        return out
+
+    return content, rank_of
 
 
 #: Pending batches merge in fours: four batches of one size tier (sizes within a
@@ -262,15 +368,32 @@ class Overlay:
 
     @classmethod
     def load(
-        cls, ts: TableStore, pending: Sequence[CID], key_field: str, codec: KeyCodec
+        cls,
+        ts: TableStore,
+        pending: Sequence[CID],
+        key_field: str,
+        codec: KeyCodec,
+        resolve: tuple[bytes, Callable[[BatchContent], BatchContent]] | None = None,
     ) -> Overlay:
-        """The overlay of ``pending`` (folded once, then cached by the pending list)."""
+        """The overlay of ``pending`` (folded once, then cached by the pending list).
+
+        Patches left after the fold have their records in the merged area:
+        ``resolve`` (the merged area's root CID and a function that lays the
+        patches over those records, making them upserts) is how a reader
+        sees them. Without it the patches stay aside (``content.patches``):
+        enough for counts and ranks, which patches never change.
+        """
 
         def build() -> Overlay:
             contents = [load_batch(ts, cid, key_field, codec) for cid in pending]
-            return cls(fold(contents, key_field, codec))
+            folded = fold(contents, key_field, codec)
+            if resolve is not None and folded.patches is not None:
+                folded = resolve[1](folded)
+            return cls(folded)
 
-        key = ("overlay", key_field, codec.spec, *(cid.bytes for cid in pending))
+        key: tuple[object, ...] = ("overlay", key_field, codec.spec, *(c.bytes for c in pending))
+        if resolve is not None:
+            key = (*key, "over", resolve[0])
         return ts.cached(key, build, lambda overlay: overlay.nbytes)
 
     def __len__(self) -> int:

@@ -51,6 +51,7 @@ __all__ = [
     "present",
     "present_records",
     "schema_of_segments",
+    "stored_field",
 ]
 
 
@@ -234,7 +235,8 @@ def _segment(
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
-def _stored_field(field: pa.Field) -> pa.Field:
+def stored_field(field: pa.Field) -> pa.Field:
+    """The segment field that stores a schema field (CBOR-marked binary if schema-free)."""
     if is_free(field):
         return cbor_field(field.name)
     return pa.field(field.name, storage_type(field.type))
@@ -331,7 +333,7 @@ def conform_arrow(
                 array = cbor_array(name, values, lambda i: f"the record with key {key_of(i)!r}")
         else:
             array = fit_column(name, column, storage_type(target.type), key_of)
-        stored[name] = (_stored_field(target), array)
+        stored[name] = (stored_field(target), array)
     order = {name: i for i, name in enumerate(names)}
     full = _extend(schema, sorted(new_fields, key=lambda f: order[f.name]))
     _check_nullability(full, {n: a for n, (_, a) in stored.items()}, key, key_of)
@@ -432,7 +434,7 @@ def conform_records(
             array = cbor_array(name, values, lambda i: f"the record with key {keys[i]!r}")
         else:
             array = _typed_array(name, values, storage_type(target.type), key_of)
-        stored[name] = (_stored_field(target), array)
+        stored[name] = (stored_field(target), array)
     full = _extend(schema, sorted(new_fields, key=lambda f: first_seen.get(f.name, -1)))
     if not partial:
         _check_nullability(full, {n: a for n, (_, a) in stored.items()}, key, key_of)
@@ -544,7 +546,7 @@ def schema_of_segments(
                 continue
             if field.name in schema.names:
                 known = schema.field(field.name)
-                if _stored_field(known).type != field.type:
+                if stored_field(known).type != field.type:
                     raise SchemaError(
                         f"field {field.name!r} is {known.type} in the table, but a tablet "
                         f"stores it as {field.type}"

@@ -279,6 +279,8 @@ class _Side:
         for cid in mine[: len(mine) - common]:
             content = load_batch(self.table.ts, cid, self.key_field, self.spec.codec)
             keys += [content.upserts.keys, content.deletes.cast(content.upserts.keys.type)]
+            if content.patches is not None:
+                keys.append(content.patches.keys)
         if not keys:
             return self._empty().keys
         return pc.unique(pa.concat_arrays(keys)).sort()

@@ -351,6 +351,12 @@ class BatchNode:
     entry, whether the key existed in the merged area when the batch was
     written: the merged area does not change while the batch is pending, so
     counts and ranks can be adjusted without reading tablets.
+
+    ``patches`` (present only when a batch has some) links an Arrow segment of
+    field-level changes to existing records, sorted by key, disjoint from the
+    upserts and deletes: the key column and one column per patched field;
+    ``patched`` maps each such field to a bitmap of the rows that set it
+    (see :mod:`merkle.tablets.patches`).
     """
 
     lower: int
@@ -361,12 +367,23 @@ class BatchNode:
     deletes: tuple[bytes, ...]
     deletes_in_merged: bytes
     size: int
+    patches: CID | None = None
+    patch_count: int = 0
+    patched: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def count(self) -> int:
-        return self.upsert_count + len(self.deletes)
+        return self.upsert_count + len(self.deletes) + self.patch_count
 
     def to_node(self) -> dict[str, Any]:
+        node = self._base_node()
+        if self.patch_count:
+            node["patches"] = self.patches
+            node["patch_count"] = self.patch_count
+            node["patched"] = dict(self.patched)
+        return node
+
+    def _base_node(self) -> dict[str, Any]:
         return {
             "type": BATCH,
             "v": NODE_VERSION,
@@ -388,6 +405,12 @@ class BatchNode:
             upserts = node["upserts"]
             if upserts is not None and not isinstance(upserts, CID):
                 raise TypeError("upserts must be a link or null")
+            patches = node.get("patches")
+            if patches is not None and not isinstance(patches, CID):
+                raise TypeError("patches must be a link or absent")
+            patched = node.get("patched", {})
+            if not isinstance(patched, dict) or not all(isinstance(k, str) for k in patched):
+                raise TypeError("patched must map field names to bitmaps")
             batch = cls(
                 _count(node["lower"]),
                 _count(node["upper"]),
@@ -397,12 +420,19 @@ class BatchNode:
                 tuple(_bytes(k) for k in _list(node["deletes"])),
                 _bytes(node["deletes_in_merged"]),
                 _count(node["size"]),
+                patches,
+                _count(node.get("patch_count", 0)),
+                tuple((name, _bytes(bits)) for name, bits in patched.items()),
             )
             if batch.lower > batch.upper:
                 raise ValueError(f"versions {batch.lower}..{batch.upper} are out of order")
             bits = len(batch.upserts_in_merged) * 8, len(batch.deletes_in_merged) * 8
             if bits[0] < batch.upsert_count or bits[1] < len(batch.deletes):
                 raise ValueError("a membership bitmap is shorter than its entries")
+            if (batch.patches is None) != (batch.patch_count == 0) or any(
+                len(mask) * 8 < batch.patch_count for _, mask in batch.patched
+            ):
+                raise ValueError("the patches, their count and their bitmaps disagree")
         except (KeyError, TypeError, ValueError) as exc:
             raise IntegrityError(f"batch {where} is malformed: {exc}") from exc
         if node.get("count") != batch.count:

@@ -18,10 +18,14 @@ import pyarrow as pa
 
 from merkle.blocks.cid import CID
 from merkle.errors import UsageError
-from merkle.tablets.batch import Overlay, lookup_pending
+from merkle.lazy import compute as pc
+from merkle.tablets.batch import BatchContent, Overlay, lookup_pending
+from merkle.tablets.keyindex import combine
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.leaves import Block
 from merkle.tablets.nodes import ChildRef, TableRoot
+from merkle.tablets.patches import apply_patches
+from merkle.tablets.rows import SortedRows, merge_changes
 from merkle.tablets.segment import concat_segments, project
 from merkle.tablets.settings import key_successor
 from merkle.tablets.store import TableStore
@@ -73,10 +77,24 @@ class TableReads:
         if codec is None or not wanted:
             return self._empty(fields)
         key_field = self.root.key_field
-        found, rest = lookup_pending(self.ts, self.root.pending, wanted, key_field, codec)
+        found, rest, patches = lookup_pending(self.ts, self.root.pending, wanted, key_field, codec)
         pieces = [project(rows, fields, key_field=key_field) for rows in found]
+        merged = self.merged_rows(rest, fields)
+        if merged is not None:
+            if patches is not None:
+                merged = apply_patches(merged, patches.project(fields), key_field)
+            pieces.append(merged.table)
+        if not pieces:
+            return self._empty(fields)
+        if len(pieces) == 1:
+            return pieces[0]
+        return concat_segments(pieces, key_field=key_field)
+
+    def merged_rows(self, keys: list[bytes], fields: Sequence[str] | None) -> SortedRows | None:
+        """The merged area's rows of sorted encoded ``keys`` (those it holds), in key
+        order, or None when it holds none."""
         tree = self._tree()
-        groups = tree.locate(self.data_ref(), rest)
+        groups = tree.locate(self.data_ref(), keys)
         leaves = tree.leaves_io
         # The candidate pages of every tablet, fetched at once.
         self.ts.prefetch_nodes(list(groups))
@@ -87,15 +105,31 @@ class TableReads:
                 for block in leaves.candidate_blocks(cid, part, fields)
             ]
         )
-        for cid, part in groups.items():
-            rows = leaves.take(cid, part, fields)
-            if rows is not None:
-                pieces.append(rows)
-        if not pieces:
-            return self._empty(fields)
-        if len(pieces) == 1:
-            return pieces[0]
-        return concat_segments(pieces, key_field=key_field)
+        key_field = self.root.key_field
+        pieces = [leaves.take(cid, part, fields) for cid, part in groups.items()]
+        found = [piece for piece in pieces if piece is not None]
+        if not found:
+            return None
+        table = found[0] if len(found) == 1 else concat_segments(found, key_field=key_field)
+        codec = self.codec
+        assert codec is not None
+        return SortedRows(table, combine(codec.encode_array(table.column(key_field))))
+
+    def resolve_patches(self, content: BatchContent) -> BatchContent:
+        """``content`` with its patches laid over their records in the merged area, as
+        upserts (every patch has its record there: see :mod:`merkle.tablets.patches`)."""
+        patches = content.patches
+        if patches is None:
+            return content
+        key_field = self.root.key_field
+        base = self.merged_rows(patches.keys.to_pylist(), None)
+        if base is None:
+            return content.without_patches()
+        patched = apply_patches(base, patches, key_field)
+        upserts = merge_changes(content.upserts, patched, patched.keys[:0], key_field)
+        flags = pc.is_in(upserts.keys, value_set=patched.keys).to_numpy(zero_copy_only=False)
+        flags[~flags] = content.upserts_in_merged
+        return BatchContent(upserts, flags, content.deletes, content.deletes_in_merged)
 
     def _window(
         self,

@@ -39,6 +39,7 @@ from merkle.tablets.conform import (
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
 from merkle.tablets.keys import key_codec as parse_key_codec
 from merkle.tablets.nodes import BASE, ChildRef, Limits, TableRoot
+from merkle.tablets.patches import Patches
 from merkle.tablets.reads import TableReads
 from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
 from merkle.tablets.schema import key_schema_fields
@@ -181,7 +182,14 @@ class Table(TableReads):
         """All pending batches folded into one view (cached on this value)."""
         if self._overlay is None:
             spec = self.spec
-            self._overlay = Overlay.load(self.ts, self.root.pending, spec.key_field, spec.codec)
+            data = self.root.data.bytes if self.root.data is not None else b""
+            self._overlay = Overlay.load(
+                self.ts,
+                self.root.pending,
+                spec.key_field,
+                spec.codec,
+                resolve=(data, self.resolve_patches),
+            )
         return self._overlay
 
     def _tree(self) -> Tree:
@@ -300,14 +308,28 @@ class Table(TableReads):
         empty = pa.table({spec.key_field: pa.array([], type=codec.arrow_type)})
         return self.apply_changes(SortedRows(empty, empty_keys(codec)), deletes, version)
 
-    def apply_changes(self, upserts: SortedRows, deletes: pa.Array, version: int) -> Table:
-        """Write sorted, unique ``upserts`` and remove ``deletes`` (encoded keys) as ``version``.
+    def apply_changes(
+        self,
+        upserts: SortedRows,
+        deletes: pa.Array,
+        version: int,
+        patches: Patches | None = None,
+    ) -> Table:
+        """Write sorted, unique ``upserts``, remove ``deletes`` (encoded keys) and lay
+        ``patches`` (keys disjoint from both) over existing records, as ``version``.
 
-        Small changes become a pending batch; a change above the flush threshold
-        (:meth:`Limits.flush_above`) goes straight into the tablets together
-        with everything pending.
+        Patches of keys without a record are dropped (an update inserts
+        nothing). Small changes become a pending batch; a change above the
+        flush threshold (:meth:`Limits.flush_above`) goes straight into the
+        tablets together with everything pending.
         """
-        n = len(upserts) + len(deletes)
+        if patches is not None and len(patches):
+            patch_keys = patches.keys.to_pylist()
+            live = self._live_before(patch_keys, self._in_merged(patch_keys))
+            patches = patches.select(live) if live.any() else None
+        else:
+            patches = None
+        n = len(upserts) + len(deletes) + (len(patches) if patches is not None else 0)
         if not n:
             return self
         spec, ts, pending = self.spec, self.ts, self.root.pending
@@ -324,17 +346,22 @@ class Table(TableReads):
             # Too big to stay pending: fold everything into the tablets at once.
             contents = [
                 BatchContent(
-                    upserts, np.zeros(len(upserts), bool), deletes, np.zeros(len(deletes), bool)
+                    upserts,
+                    np.zeros(len(upserts), bool),
+                    deletes,
+                    np.zeros(len(deletes), bool),
+                    patches,
                 ),
                 *(load_batch(ts, cid, spec.key_field, spec.codec) for cid in pending),
             ]
-            folded = fold(contents, spec.key_field, spec.codec)
+            folded = self.resolve_patches(fold(contents, spec.key_field, spec.codec))
             return self._rebuilt(tree.apply(data, folded.upserts, folded.deletes))
         up_keys, del_keys = upserts.keys.to_pylist(), deletes.to_pylist()
         up_merged, del_merged = self._in_merged(up_keys), self._in_merged(del_keys)
-        content = BatchContent(upserts, up_merged, deletes, del_merged)
+        content = BatchContent(upserts, up_merged, deletes, del_merged, patches)
         # The new count, from whether each key was live before this change: pending
         # batches newest first decide, else the merged area (no overlay fold needed).
+        # A patch changes no count.
         was_up = self._live_before(up_keys, up_merged)
         was_del = self._live_before(del_keys, del_merged)
         count = self.count + int((~was_up).sum()) - int(was_del.sum())
@@ -412,7 +439,9 @@ class Table(TableReads):
             count=count,
             size=base_size + sum(ts.batch(cid).size for cid in pending),
         )
-        table._data, table._data_loaded, table._overlay = data, True, overlay
+        table._data, table._data_loaded = data, True
+        if overlay is not None and overlay.content.patches is None:
+            table._overlay = overlay  # else a read must lay the patches over their records
         return table
 
     def _rebuilt(self, data: ChildRef | None) -> Table:

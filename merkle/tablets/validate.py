@@ -18,7 +18,7 @@ import pyarrow as pa
 from merkle.blocks.cid import CID
 from merkle.errors import IntegrityError, MerkleError
 from merkle.lazy import compute as pc
-from merkle.tablets.batch import TIER_FANIN, Overlay, batch_tier, load_batch
+from merkle.tablets.batch import TIER_FANIN, BatchContent, Overlay, batch_tier, load_batch
 from merkle.tablets.keyindex import combine
 from merkle.tablets.nodes import BASE, ChildRef, TabletNode
 from merkle.tablets.store import TableStore
@@ -299,6 +299,8 @@ def _validate(ts: TableStore, table: Table) -> None:
             here,
             "delete in_merged flags are wrong",
         )
+        if content.patches is not None:
+            _check_patches(walk, here, content)
         total += batch.count
     walk.check(
         total <= spec.limits.flush_above(data_count),
@@ -315,4 +317,28 @@ def _validate(ts: TableStore, table: Table) -> None:
     size = data_size + sum(b.size for b in batches)
     walk.check(
         root.size == size, "root", f"size {root.size}, the data and pending batches hold {size}"
+    )
+
+
+def _check_patches(walk: _Walk, here: str, content: BatchContent) -> None:
+    """A batch's patches: keys strictly increasing, disjoint from its upserts and deletes,
+    one bitmap per patched column."""
+    patches = content.patches
+    assert patches is not None
+    keys = patches.keys
+    if len(keys) > 1:
+        walk.check(
+            pc.all(pc.less(keys.slice(0, len(keys) - 1), keys.slice(1))).as_py(),
+            here,
+            "patch keys are not strictly increasing",
+        )
+    decided = set(content.upserts.keys.to_pylist()) | set(content.deletes.to_pylist())
+    walk.check(
+        not decided & set(keys.to_pylist()), here, "a key is both patched and upserted or deleted"
+    )
+    columns = patches.rows.table.column_names[1:]
+    walk.check(
+        sorted(columns) == sorted(patches.masks),
+        here,
+        f"patched columns {columns} and bitmaps {sorted(patches.masks)} differ",
     )

@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from merkle.blocks import BlockStore
 from merkle.storage import open_store
 from merkle.tablets import Limits, Table, TableStore, validate
+from merkle.tablets.rows import SortedRows
 
 KEYS = st.integers(min_value=0, max_value=120)
 VALUES = st.one_of(
@@ -211,3 +212,48 @@ class PagedTableModel(TableModel):
 
 PagedTableModel.TestCase.settings = TableModel.TestCase.settings
 test_paged_table_model = PagedTableModel.TestCase
+
+
+UPDATES = st.dictionaries(
+    KEYS,
+    st.dictionaries(st.sampled_from(["a", "b", "c"]), VALUES, min_size=1, max_size=3),
+    min_size=1,
+    max_size=12,
+)
+
+
+class PatchedTableModel(TableModel):
+    """A typed, schema-free table, with field-level updates (patches) among the changes:
+    patches over pending upserts, over older patches, over the merged area, under
+    newer writes and deletes, through batch merges, flushes and reloads."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = Table.new(
+            self.ts,
+            key_field="k",
+            key_codec="int",
+            families={"fam": {"b"}},
+            limits=self.limits,
+            typed=True,
+            schema_free=True,
+        )
+
+    @rule(changes=UPDATES)
+    def update(self, changes: dict[int, dict[str, Any]]) -> None:
+        from merkle.db.changes import update_patches
+
+        done = update_patches(self.table, changes)
+        if done is not None:
+            table, patches = done
+            empty = table.get([], None)
+            keys = table.spec.codec.encode_array(empty.column("k"))
+            self.table = table.apply_changes(SortedRows(empty, keys), keys, self.version, patches)
+        for key, fields in changes.items():
+            if key in self.model:
+                self.model[key] = _clean({**self.model[key], **fields})
+        self.version += 1
+
+
+PatchedTableModel.TestCase.settings = TableModel.TestCase.settings
+test_patched_table_model = PatchedTableModel.TestCase
