@@ -17,11 +17,12 @@ import numpy as np
 import pyarrow as pa
 
 from merkle.db.inputs import as_arrow, as_rows, is_arrow_like
-from merkle.errors import UsageError
+from merkle.errors import SchemaError, UsageError
 from merkle.lazy import compute as pc
-from merkle.tablets.conform import KeyLayout, conform_records, stored_field
+from merkle.tablets.conform import KeyLayout, conform_arrow, conform_records, stored_field
 from merkle.tablets.patches import Patches
 from merkle.tablets.rows import SortedRows, sort_rows
+from merkle.tablets.schema import is_free, show_value
 from merkle.tablets.table import Table
 
 __all__ = [
@@ -58,20 +59,27 @@ def update_patches(
     if codec is None or not changes:
         return None
     key = table.key
-    if key.composite:
-        partial = [{**_key_record(key, k), **f} for k, f in changes.items()]
-    else:
-        name = key.fields[0]
-        partial = [{name: k, **f} for k, f in changes.items()]
-    done = conform_records(
-        partial, table.root.schema, key, codec, new_free=table.root.free_default, partial=True
-    )
+    schema = table.root.schema
     column = table.root.key_field
+    uniform = _uniform_arrow(table, changes)
+    if uniform is not None:  # the same typed fields in every change: columnar
+        done = conform_arrow(uniform, schema, key, codec, partial=True)
+    else:
+        if key.composite:
+            partial = [{**_key_record(key, k), **f} for k, f in changes.items()]
+        else:
+            name = key.fields[0]
+            partial = [{name: k, **f} for k, f in changes.items()]
+        done = conform_records(
+            partial, schema, key, codec, new_free=table.root.free_default, partial=True
+        )
     rows = sort_rows(done.rows, column, codec)
-    by_key = dict(
-        zip(codec.encode_array(done.rows.column(column)).to_pylist(), changes.values(), strict=True)
-    )
-    touched = [by_key[k] for k in rows.keys.to_pylist()]
+    if uniform is not None:
+        touched: list[Mapping[str, Any]] = []
+    else:
+        encoded = codec.encode_array(done.rows.column(column)).to_pylist()
+        by_key = dict(zip(encoded, changes.values(), strict=True))
+        touched = [by_key[k] for k in rows.keys.to_pylist()]
     stored = rows.table
     masks: dict[str, np.ndarray] = {}
     for name in dict.fromkeys(n for f in changes.values() for n in f):
@@ -80,11 +88,58 @@ def update_patches(
                 continue  # never a field and only ever set to None: nothing to do
             field = stored_field(done.schema.field(name))
             stored = _with_field(stored, field, pa.nulls(len(stored), field.type))
-        masks[name] = np.fromiter((name in f for f in touched), dtype=bool, count=len(touched))
+        if uniform is not None:
+            masks[name] = np.ones(len(stored), dtype=bool)
+        else:
+            masks[name] = np.fromiter((name in f for f in touched), bool, count=len(touched))
+        _check_removal(done.schema, name, stored, masks[name])
     if not masks:
         return None
     stored = stored.select([column, *(n for n in stored.column_names if n in masks)])
     return table.with_schema(done.schema), Patches(SortedRows(stored, rows.keys), masks)
+
+
+#: Arrow types a change's values may be gathered into directly: Python values of these
+#: convert to Arrow as the record path converts them.
+_PLAIN = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.types.is_boolean)
+
+
+def _uniform_arrow(table: Table, changes: Mapping[Any, Mapping[str, Any]]) -> pa.Table | None:
+    """The changes as an Arrow table when every change sets the same fields, each typed
+    in the schema as a number, string or boolean; else None (the record path)."""
+    schema = table.root.schema
+    key = table.key
+    if key.composite or schema is None:
+        return None
+    names = tuple(next(iter(changes.values())))
+    if not names or any(tuple(f) != names for f in changes.values()):
+        return None
+    for name in names:
+        if name not in schema.names:
+            return None
+        field = schema.field(name)
+        if is_free(field) or not any(test(field.type) for test in _PLAIN):
+            return None
+    columns: dict[str, Any] = {key.fields[0]: list(changes)}
+    for name in names:
+        columns[name] = [f[name] for f in changes.values()]
+    try:
+        return pa.table(columns)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None  # values Arrow cannot gather: the record path names the one at fault
+
+
+def _check_removal(schema: pa.Schema, name: str, stored: pa.Table, sets: np.ndarray) -> None:
+    """A change may not remove (set to None) a field the schema says is not nullable."""
+    if name not in schema.names or schema.field(name).nullable:
+        return
+    removed = np.flatnonzero(sets & stored.column(name).is_null().to_numpy(zero_copy_only=False))
+    if len(removed):
+        key = stored.column(0)[int(removed[0])].as_py()
+        raise SchemaError(
+            f"field {name!r} is not nullable: the update of key {show_value(key)} cannot "
+            f"remove it (give it a value, or make it nullable with alter_schema)"
+        )
 
 
 def _with_field(table: pa.Table, field: pa.Field, column: pa.Array) -> pa.Table:

@@ -263,10 +263,13 @@ def conform_arrow(
     codec: KeyCodec | None,
     *,
     new_free: bool = False,
+    partial: bool = False,
 ) -> Conformed:
     """An Arrow table checked against ``schema`` (extended by its new fields), in segment form.
 
     ``new_free``: a field the schema lacks is added schema-free instead of typed.
+    ``partial``: the rows are field changes, not whole records (a field they
+    lack is not missing).
     """
     names = table.column_names
     _check_names(names, key)
@@ -336,7 +339,8 @@ def conform_arrow(
         stored[name] = (stored_field(target), array)
     order = {name: i for i, name in enumerate(names)}
     full = _extend(schema, sorted(new_fields, key=lambda f: order[f.name]))
-    _check_nullability(full, {n: a for n, (_, a) in stored.items()}, key, key_of)
+    if not partial:
+        _check_nullability(full, {n: a for n, (_, a) in stored.items()}, key, key_of)
     return Conformed(_segment(key, key_array, codec, stored), full, codec)
 
 

@@ -155,3 +155,37 @@ def test_update_replays_its_fields_on_a_moved_head(conn: merkle.Connection, pend
     conn.open_db("shop").write("t", [{"id": 5, "name": "theirs", "qty": 0}]).commit()
     done = mine.commit()
     assert done.get_records("t", [5]) == {5: {"id": 5, "name": "theirs", "qty": 50}}
+
+
+def test_an_update_cannot_remove_a_field_that_is_not_nullable(conn: merkle.Connection) -> None:
+    schema = pa.schema(
+        [pa.field("id", pa.int64(), nullable=False), pa.field("qty", pa.int64(), nullable=False)]
+    )
+    db = conn.create_db("s").create_table("t", key="id", schema=schema)
+    db = db.write("t", [{"id": 1, "qty": 1}, {"id": 2, "qty": 2}]).commit()
+    for changes in (
+        {2: {"qty": None}},
+        {1: {"qty": 5}, 2: {"qty": None}},
+        {2: {"qty": None, "x": 1}},
+    ):
+        with pytest.raises(merkle.errors.SchemaError, match=r"'qty' is not nullable.*key 2"):
+            db.update("t", changes)
+    assert db.update("t", {2: {"qty": 7}}).commit().get_records("t", [2]) == {
+        2: {"id": 2, "qty": 7}
+    }
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {1: {"qty": "lots"}},  # a string for an int64 field
+        {1: {"qty": 2**70}},  # out of int64's range
+        {1: {"qty": 1}, 2: {"qty": 2.5}},  # a float for an int64 field
+    ],
+)
+def test_a_bad_value_in_a_uniform_update_names_the_field(
+    conn: merkle.Connection, changes: dict[int, dict[str, Any]]
+) -> None:
+    db = conn.create_db("s").create_table("t", key="id").write("t", _rows(5)).commit()
+    with pytest.raises(merkle.errors.MerkleError, match="qty"):
+        db.update("t", changes)
