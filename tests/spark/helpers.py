@@ -39,7 +39,8 @@ def check_table(conn: merkle.Connection, db: str, table: str) -> None:
 
 def straddling_table(conn: merkle.Connection) -> merkle.Database:
     """``shop.orders``: tablets over keys 100-199 and 300-399, and pending changes
-    before the first tablet, between the two, after the last, and inside both."""
+    before the first tablet, between the two, after the last, and inside both
+    (field-level patches of tablet records and of a pending record among them)."""
     db = conn.create_db("shop")
     db = db.create_table(
         "orders", key="id", tablet_size_limit=50, patch_limit=1000, patch_share=1000
@@ -58,4 +59,6 @@ def straddling_table(conn: merkle.Connection) -> merkle.Database:
             {"id": 120, "amount": -1.0, "who": "updated"},
         ],
     )
-    return db.delete("orders", [150, 305, 7]).commit()
+    db = db.delete("orders", [150, 305, 7]).commit()
+    patches = {130: {"who": "patched"}, 250: {"amount": 25.0}, 320: {"amount": None}}
+    return db.update("orders", patches).commit()
