@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from merkle.blocks.cid import CID
+from merkle.errors import IntegrityError
 from merkle.lazy import compute as pc
 from merkle.tablets.keyindex import KeyIndex, combine
 from merkle.tablets.keys import KeyCodec
@@ -348,10 +349,24 @@ def merge_tier(
 
 
 class Overlay:
-    """All pending batches as one sorted view over the merged area (numpy-searched)."""
+    """All pending batches as one sorted view over the merged area (numpy-searched).
 
-    def __init__(self, content: BatchContent) -> None:
-        self.content = content
+    Patches left after the fold have their records in the merged area; a
+    reader's overlay is given ``resolve`` (a function laying patches over
+    those records, making them upserts) and resolves only the patches of the
+    key ranges it is asked for: a range scan reads the pages of its range,
+    not those of every patched record. Without ``resolve`` the patches stay
+    aside: enough for counts and ranks, which patches never change.
+    """
+
+    def __init__(
+        self,
+        content: BatchContent,
+        resolve: Callable[[BatchContent], BatchContent] | None = None,
+    ) -> None:
+        self._raw = content
+        self._resolve = resolve
+        self._full: BatchContent | None = content if content.patches is None else None
         up, de = content.upserts, content.deletes
         keys = pa.concat_arrays([up.keys, de.cast(up.keys.type)]) if len(de) else up.keys
         order = pc.sort_indices(keys) if len(de) and len(up) else None
@@ -364,7 +379,11 @@ class Overlay:
         self._prefix = np.concatenate([[0], np.cumsum(delta)])
         self._upserts = KeyIndex(up.keys)
         self._deletes = KeyIndex(de)
+        patches = content.patches
+        self._patches = KeyIndex(patches.keys) if patches is not None else None
         self.nbytes = int(up.table.nbytes) + 3 * self._keys.nbytes + 8 * len(self._prefix)
+        if patches is not None:
+            self.nbytes += int(patches.rows.table.nbytes) + 2 * len(patches)
 
     @classmethod
     def load(
@@ -375,26 +394,36 @@ class Overlay:
         codec: KeyCodec,
         resolve: tuple[bytes, Callable[[BatchContent], BatchContent]] | None = None,
     ) -> Overlay:
-        """The overlay of ``pending`` (folded once, then cached by the pending list).
-
-        Patches left after the fold have their records in the merged area:
-        ``resolve`` (the merged area's root CID and a function that lays the
-        patches over those records, making them upserts) is how a reader
-        sees them. Without it the patches stay aside (``content.patches``):
-        enough for counts and ranks, which patches never change.
-        """
+        """The overlay of ``pending`` (folded once, then cached by the pending list and,
+        with ``resolve`` (the merged area's root CID and the function), the merged area)."""
 
         def build() -> Overlay:
             contents = [load_batch(ts, cid, key_field, codec) for cid in pending]
-            folded = fold(contents, key_field, codec)
-            if resolve is not None and folded.patches is not None:
-                folded = resolve[1](folded)
-            return cls(folded)
+            return cls(fold(contents, key_field, codec), resolve[1] if resolve else None)
 
         key: tuple[object, ...] = ("overlay", key_field, codec.spec, *(c.bytes for c in pending))
         if resolve is not None:
             key = (*key, "over", resolve[0])
         return ts.cached(key, build, lambda overlay: overlay.nbytes)
+
+    @property
+    def has_patches(self) -> bool:
+        """Whether patches are pending (laid over their records as they are read)."""
+        return self._patches is not None
+
+    @property
+    def content(self) -> BatchContent:
+        """Every pending change, patches resolved into upserts (all their records read)."""
+        if self._full is None:
+            self._full = self._resolver()(self._raw)
+        return self._full
+
+    def _resolver(self) -> Callable[[BatchContent], BatchContent]:
+        if self._resolve is None:
+            raise IntegrityError(
+                "an overlay without the merged area was asked for patched records (a bug)"
+            )
+        return self._resolve
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -407,7 +436,16 @@ class Overlay:
     def has_entries(self, lo: bytes | None, hi: bytes | None) -> bool:
         """Whether any pending change falls in ``[lo, hi)`` (None: unbounded)."""
         i, j = self._span(lo, hi)
-        return j > i
+        return j > i or bool(self._patch_span(lo, hi))
+
+    def _patch_span(self, lo: bytes | None, hi: bytes | None) -> tuple[int, int] | None:
+        """The patches in ``[lo, hi)`` as a slice, or None if there are none."""
+        index = self._patches
+        if index is None:
+            return None
+        i = 0 if lo is None else index.rank(lo)
+        j = len(index) if hi is None else index.rank(hi)
+        return (i, j) if j > i else None
 
     def delta(self, lo: bytes | None = None, hi: bytes | None = None) -> int:
         """Rows added minus rows removed by pending changes in ``[lo, hi)``."""
@@ -419,22 +457,27 @@ class Overlay:
         return int(self._prefix[self._keys.rank(key, inclusive=inclusive)])
 
     def changes(self, lo: bytes | None, hi: bytes | None) -> tuple[SortedRows, pa.Array]:
-        """The upserts and deleted keys that fall in ``[lo, hi)``."""
-        up, deletes = self.content.upserts, self.content.deletes
+        """The upserts (patched records among them) and deleted keys in ``[lo, hi)``."""
+        up, deletes = self._raw.upserts, self._raw.deletes
         ui = 0 if lo is None else self._upserts.rank(lo)
         uj = len(up) if hi is None else self._upserts.rank(hi)
         if len(deletes):
             di = 0 if lo is None else self._deletes.rank(lo)
             dj = len(deletes) if hi is None else self._deletes.rank(hi)
             deletes = deletes.slice(di, max(0, dj - di))
-        return up.slice(ui, max(ui, uj)), deletes
-
-    def lookup_many(self, keys: Sequence[bytes]) -> list[int | None]:
-        """For each key: its row in the overlay's upserts, -1 if deleted, None if untouched."""
-        rows = self._upserts.find(keys) if len(self._upserts) else [-1] * len(keys)
-        gone = self._deletes.find(keys) if len(self._deletes) else [-1] * len(keys)
-        return [r if r >= 0 else (-1 if d >= 0 else None) for r, d in zip(rows, gone, strict=True)]
-
-    def lookup(self, key: bytes) -> int | None:
-        """Row of ``key`` in the overlay's upserts, -1 if it is deleted, None if untouched."""
-        return self.lookup_many([key])[0]
+        upserts = up.slice(ui, max(ui, uj))
+        span = self._patch_span(lo, hi)
+        if span is None:
+            return upserts, deletes
+        assert self._raw.patches is not None
+        part = self._raw.patches.slice(*span)
+        nothing = np.zeros(0, dtype=bool)
+        patched = self._resolver()(
+            BatchContent(upserts.slice(0, 0), nothing, deletes.slice(0, 0), nothing, part)
+        ).upserts
+        if not len(upserts):
+            return patched, deletes
+        table = concat_segments([upserts.table, patched.table], key_field=up.table.column_names[0])
+        keys = pa.concat_arrays([upserts.keys, patched.keys])
+        order = pc.sort_indices(keys)
+        return SortedRows(table.take(order), keys.take(order)), deletes

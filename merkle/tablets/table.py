@@ -440,7 +440,7 @@ class Table(TableReads):
             size=base_size + sum(ts.batch(cid).size for cid in pending),
         )
         table._data, table._data_loaded = data, True
-        if overlay is not None and overlay.content.patches is None:
+        if overlay is not None and not overlay.has_patches:
             table._overlay = overlay  # else a read must lay the patches over their records
         return table
 

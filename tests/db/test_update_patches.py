@@ -189,3 +189,31 @@ def test_a_bad_value_in_a_uniform_update_names_the_field(
     db = conn.create_db("s").create_table("t", key="id").write("t", _rows(5)).commit()
     with pytest.raises(merkle.errors.MerkleError, match="qty"):
         db.update("t", changes)
+
+
+def test_a_range_scan_reads_only_its_range_of_patched_records() -> None:
+    """Patches are laid over records range by range: a scan of a few keys after an update
+    of keys all over the table reads what it reads after an update of its keys alone, not
+    the pages of every patched record."""
+    inner = open_store(f"memory://patches-{uuid.uuid4().hex}")
+    with merkle.Connection(inner) as conn:
+        base = conn.create_db("wide").create_table("t", key="id", tablet_size_limit=64)
+        base = base.write("t", _rows(2000)).commit().compact().commit()
+        conn.create_db("narrow", root=base)
+        base.update("t", {k: {"qty": -k} for k in range(0, 2000, 7)}).commit()
+        narrow = conn.open_db("narrow")
+        narrow.update("t", {k: {"qty": -k} for k in range(700, 721, 7)}).commit()
+
+    def blocks_read(name: str) -> tuple[int, list[dict[str, Any]]]:
+        counting = CountingStore(inner)
+        with merkle.Connection(counting) as conn:
+            db = conn.open_db(name)
+            counting.reset()
+            rows = list(db.scan("t", from_pk=700, to_pk=720))
+            return counting.block_reads, rows
+
+    wide, rows = blocks_read("wide")
+    narrow_reads, narrow_rows = blocks_read("narrow")
+    assert rows == narrow_rows
+    assert [r["qty"] for r in rows if r["id"] % 7 == 0] == [-k for k in range(700, 721, 7)]
+    assert wide <= narrow_reads
