@@ -14,6 +14,7 @@ import importlib.metadata
 import logging
 import os
 import platform
+import random
 import re
 import statistics
 import tempfile
@@ -126,15 +127,19 @@ def time_interleaved(
 
     Competitors measured one after the other see different background load
     (page-cache writeback, other processes); interleaved, each item's runs
-    share the same conditions, and the starting function rotates so none is
-    always first.
+    share the same conditions. The order of the turns is shuffled each item
+    (seeded, so runs repeat): a fixed rotation always put each function right
+    after the same other one, whose aftermath (a multithreaded engine's
+    background work, dirty pages being written back) it then always paid.
     """
     labels = list(fns)
     samples: dict[str, list[float]] = {label: [] for label in labels}
     clock = time.perf_counter
-    for index, item in enumerate(items):
-        for turn in range(len(labels)):
-            label = labels[(index + turn) % len(labels)]
+    order = random.Random(len(labels))
+    for item in items:
+        turns = labels[:]
+        order.shuffle(turns)
+        for label in turns:
             start = clock()
             fns[label](item)
             samples[label].append(clock() - start)
