@@ -20,7 +20,7 @@ from merkle.db.inputs import as_arrow, as_rows, is_arrow_like
 from merkle.errors import SchemaError, UsageError
 from merkle.lazy import compute as pc
 from merkle.tablets.conform import KeyLayout, conform_arrow, conform_records, stored_field
-from merkle.tablets.patches import Patches
+from merkle.tablets.patches import Patches, insert_field
 from merkle.tablets.rows import SortedRows, sort_rows
 from merkle.tablets.schema import is_free, show_value
 from merkle.tablets.table import Table
@@ -87,7 +87,7 @@ def update_patches(
             if name not in done.schema.names:
                 continue  # never a field and only ever set to None: nothing to do
             field = stored_field(done.schema.field(name))
-            stored = _with_field(stored, field, pa.nulls(len(stored), field.type))
+            stored = insert_field(stored, field, pa.nulls(len(stored), field.type))
         if uniform is not None:
             masks[name] = np.ones(len(stored), dtype=bool)
         else:
@@ -140,11 +140,6 @@ def _check_removal(schema: pa.Schema, name: str, stored: pa.Table, sets: np.ndar
             f"field {name!r} is not nullable: the update of key {show_value(key)} cannot "
             f"remove it (give it a value, or make it nullable with alter_schema)"
         )
-
-
-def _with_field(table: pa.Table, field: pa.Field, column: pa.Array) -> pa.Table:
-    at = 1 + sum(1 for other in table.column_names[1:] if other < field.name)
-    return table.add_column(at, field, column)
 
 
 def updated_rows(

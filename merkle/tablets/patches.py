@@ -27,7 +27,7 @@ from merkle.tablets.keys import KeyCodec
 from merkle.tablets.rows import SortedRows, empty_keys
 from merkle.tablets.segment import concat_segments
 
-__all__ = ["Patches", "apply_patches", "compose", "no_patches"]
+__all__ = ["Patches", "apply_patches", "compose", "insert_field", "no_patches"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +138,7 @@ def apply_patches(base: SortedRows, patches: Patches, key_field: str) -> SortedR
         sets = pa.array(bits, type=pa.bool_()).take(index).fill_null(False)
         field, new = values.schema.field(name), values.column(name)
         if name not in table.column_names:
-            table = _insert_sorted(
-                table, field, pc.if_else(sets, new, pa.nulls(len(new), new.type))
-            )
+            table = insert_field(table, field, pc.if_else(sets, new, pa.nulls(len(new), new.type)))
             continue
         old_field, old = table.schema.field(name), table.column(name)
         if old_field.equals(field):
@@ -168,8 +166,9 @@ def _common(
     return both.schema.field(name), column.slice(0, len(old)), column.slice(len(old))
 
 
-def _insert_sorted(table: pa.Table, field: pa.Field, column: pa.ChunkedArray) -> pa.Table:
-    """``table`` with a new field, the fields after the key kept in name order."""
+def insert_field(table: pa.Table, field: pa.Field, column: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """A segment-form ``table`` with a new field (the fields after the key stay in name
+    order, as segments keep them)."""
     names = table.column_names
     at = 1 + sum(1 for other in names[1:] if other < field.name)
     return table.add_column(at, field, column)
