@@ -141,6 +141,16 @@ class KeyCodec(ABC):
         """
         return self._encode_array_top(self.check_column(column))
 
+    def order_words(self, column: Column) -> _U64Array | None:
+        """The keys of a native key column as unsigned 64-bit integers in key order, or None.
+
+        For codecs whose encoding is exactly 8 bytes (int, float, timestamp)
+        word ``i`` is ``encode(value_i)`` read as a big-endian integer, so a
+        key index can be built without making the binary encodings at all
+        (a page lookup's main cost before); other codecs answer None.
+        """
+        return None
+
     def check_column(self, column: Column) -> pa.Array:
         """Validate a user-supplied Arrow key column and cast it to :attr:`arrow_type`.
 

@@ -33,6 +33,7 @@ from merkle.tablets.keycodec import (
     _UINT64,
     _UTC,
     _ZERO,
+    Column,
     KeyCodec,
     _is_binary,
     _is_string,
@@ -89,6 +90,10 @@ class _Fixed8Codec(KeyCodec):
 
     def _encode_array_delimited(self, array: pa.Array) -> pa.Array:
         return _fixed8_binary(self._bits_array(array))
+
+    def order_words(self, column: Column) -> _U64Array | None:
+        array = self.check_column(column)
+        return self._bits_array(array) if len(array) else None
 
 
 class IntCodec(_Fixed8Codec):

@@ -9,7 +9,7 @@ numpy, whose order equals the bytewise order; other encodings fall back to
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import numpy as np
@@ -50,10 +50,11 @@ def as_u64(array: pa.Array) -> np.ndarray | None:
 class KeyIndex:
     """Sorted encoded keys with ``find`` (exact positions) and ``rank`` (insertion points)."""
 
-    __slots__ = ("_keys", "_list", "_u64", "nbytes")
+    __slots__ = ("_encode", "_keys", "_list", "_u64", "nbytes")
 
     def __init__(self, encoded: pa.Array | pa.ChunkedArray) -> None:
-        self._keys = combine(encoded)
+        self._keys: pa.Array | None = combine(encoded)
+        self._encode: Callable[[], pa.Array] | None = None
         self._u64 = as_u64(self._keys)
         self._list: list[bytes] | None = None
         if self._u64 is None:
@@ -62,12 +63,45 @@ class KeyIndex:
         else:
             self.nbytes = self._u64.nbytes
 
+    @classmethod
+    def of_words(
+        cls, words: np.ndarray, encode: Callable[[], pa.Array], *, holds: int = 0
+    ) -> KeyIndex:
+        """An index over 8-byte keys given as native unsigned words (``as_u64`` of the
+        encodings); the binary encodings are made by ``encode`` only if asked for.
+
+        A lookup or an existence check only searches the words, so building
+        the binary array and reading it back (most of a page lookup's own
+        time) is skipped. ``holds``: the bytes ``encode`` keeps alive (its source
+        column), counted in :attr:`nbytes` for the caches.
+        """
+        index = cls.__new__(cls)
+        index._keys, index._encode, index._list = None, encode, None
+        index._u64 = np.ascontiguousarray(words, dtype=np.uint64)
+        index.nbytes = index._u64.nbytes + holds
+        return index
+
+    @classmethod
+    def joined(cls, parts: Sequence[KeyIndex]) -> KeyIndex:
+        """One index over consecutive runs of keys (the pages of a tablet, in order)."""
+        words = [part._u64 for part in parts if part._u64 is not None]
+        if parts and len(words) == len(parts):
+            return cls.of_words(
+                np.concatenate(words),
+                lambda: pa.concat_arrays([part.keys for part in parts]),
+                holds=sum(part.nbytes for part in parts),
+            )
+        return cls(pa.concat_arrays([part.keys for part in parts]))
+
     def __len__(self) -> int:
-        return len(self._keys)
+        return len(self._u64) if self._u64 is not None else len(self.keys)
 
     @property
     def keys(self) -> pa.Array:
         """The encoded keys as an Arrow array."""
+        if self._keys is None:
+            assert self._encode is not None
+            self._keys, self._encode = combine(self._encode()), None
         return self._keys
 
     def _probe(self, keys: Sequence[bytes]) -> np.ndarray:
@@ -106,5 +140,5 @@ class KeyIndex:
 
     def _materialized(self) -> list[bytes]:
         if self._list is None:
-            self._list = self._keys.to_pylist()
+            self._list = self.keys.to_pylist()
         return self._list

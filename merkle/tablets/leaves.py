@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from merkle.blocks.cid import CID
+from merkle.tablets.keycodec import KeyCodec
 from merkle.tablets.keyindex import KeyIndex, combine
 from merkle.tablets.nodes import BASE, ChildRef, PageRef, TabletNode
 from merkle.tablets.pages import (
@@ -70,6 +71,16 @@ def split_ranks(keys: pa.Array, separators: Sequence[bytes]) -> list[int]:
     return [0, *(index.rank(s) for s in separators), len(keys)]
 
 
+def _index_of(codec: KeyCodec, column: pa.Array | pa.ChunkedArray) -> pa.Array | KeyIndex:
+    """The key index of a native key column: from its order words where the codec has them
+    (no binary encodings made), else from the encoded keys."""
+    words = codec.order_words(column)
+    if words is None:
+        return combine(codec.encode_array(column))
+    encode = lambda: combine(codec.encode_array(column))  # noqa: E731
+    return KeyIndex.of_words(words, encode, holds=column.nbytes)
+
+
 class Leaves:
     """Reading and writing one table's tablets (stateless apart from the caches in ``ts``)."""
 
@@ -86,8 +97,8 @@ class Leaves:
         """The sorted encoded keys of one page (from its key block, cached)."""
         codec = self.spec.codec
 
-        def build() -> pa.Array:
-            return combine(codec.encode_array(self.ts.segment(page.keys).column(0)))
+        def build() -> pa.Array | KeyIndex:
+            return _index_of(codec, self.ts.segment(page.keys).column(0))
 
         return self.ts.key_index(page.keys, build, part="page")
 
@@ -96,12 +107,12 @@ class Leaves:
         tablet = self.node(cid)
         codec, key_field = self.spec.codec, self.spec.key_field
 
-        def build() -> pa.Array:
+        def build() -> pa.Array | KeyIndex:
             if not tablet.pages:  # the key column of the base segment, decoded alone
                 (base,) = self.ts.segment_columns([self._key_column(tablet)])
-                return combine(codec.encode_array(base.column(key_field)))
+                return _index_of(codec, base.column(key_field))
             self.ts.segments([page.keys for page in tablet.pages])  # fetched concurrently
-            return pa.concat_arrays([self.page_keys(page).keys for page in tablet.pages])
+            return KeyIndex.joined([self.page_keys(page) for page in tablet.pages])
 
         return self.ts.key_index(cid, build)
 

@@ -270,12 +270,16 @@ class TableStore:
 
     # -- key indexes -------------------------------------------------------------
 
-    def key_index(self, owner: CID, build: Callable[[], pa.Array], *, part: str = "") -> KeyIndex:
-        """The key index of a tablet or batch (``part`` tells several of one block apart)."""
+    def key_index(
+        self, owner: CID, build: Callable[[], pa.Array | KeyIndex], *, part: str = ""
+    ) -> KeyIndex:
+        """The key index of a tablet or batch (``part`` tells several of one block apart);
+        ``build`` gives the encoded keys or a ready index."""
         key = (part, owner.bytes)
         index = self._key_indexes.get(key)
         if index is None:
-            index = KeyIndex(build())
+            built = build()
+            index = built if isinstance(built, KeyIndex) else KeyIndex(built)
             self._key_indexes.put(key, index, index.nbytes)
         return index
 
