@@ -43,6 +43,7 @@ from merkle.tablets.keycodec import (
     _show_bytes,
     _U64Array,
 )
+from merkle.tablets.keyindex import words_binary
 
 __all__ = [
     "BytesCodec",
@@ -89,7 +90,7 @@ class _Fixed8Codec(KeyCodec):
         return self._from_bits(_UINT64.unpack_from(data, pos)[0]), end
 
     def _encode_array_delimited(self, array: pa.Array) -> pa.Array:
-        return _fixed8_binary(self._bits_array(array))
+        return words_binary(self._bits_array(array))
 
     def order_words(self, column: Column) -> _U64Array | None:
         array = self.check_column(column)
@@ -472,16 +473,6 @@ class ReverseCodec(KeyCodec):
 
 
 # -- helpers ------------------------------------------------------------------
-
-
-def _fixed8_binary(bits: _U64Array) -> pa.Array:
-    """A binary array whose row i is the 8 big-endian bytes of ``bits[i]``."""
-    count = len(bits)
-    data = np.ascontiguousarray(bits.astype(">u8"))
-    offsets = np.arange(0, 8 * (count + 1), 8, dtype=np.int32)
-    return pa.Array.from_buffers(
-        pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
-    )
 
 
 def _complement(array: pa.Array) -> pa.Array:

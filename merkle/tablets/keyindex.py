@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["KeyIndex", "as_u64", "combine"]
+__all__ = ["KeyIndex", "as_u64", "combine", "words_binary"]
 
 
 def combine(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -45,6 +45,17 @@ def as_u64(array: pa.Array) -> np.ndarray | None:
         return None
     data = array.buffers()[-1]
     return np.frombuffer(data, dtype=">u8", count=n, offset=first).astype(np.uint64)
+
+
+def words_binary(words: np.ndarray) -> pa.Array:
+    """The inverse of :func:`as_u64`: a binary array whose row i is the 8 big-endian
+    bytes of ``words[i]``."""
+    count = len(words)
+    data = np.ascontiguousarray(words.astype(">u8"))
+    offsets = np.arange(0, 8 * (count + 1), 8, dtype=np.int32)
+    return pa.Array.from_buffers(
+        pa.binary(), count, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
 
 
 class KeyIndex:

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 from merkle.lazy import compute as pc
-from merkle.tablets.keyindex import as_u64, combine
+from merkle.tablets.keyindex import as_u64, combine, words_binary
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.segment import concat_segments
 
@@ -74,28 +74,17 @@ def empty_keys(codec: KeyCodec) -> pa.Array:
 
 def sort_rows(table: pa.Table, key_field: str, codec: KeyCodec) -> SortedRows:
     """Sort ``table`` by encoded key and keep only the last row written for each key."""
-    encoded = combine(codec.encode_array(table.column(key_field)))
+    column = table.column(key_field)
+    # int, float and timestamp keys are sorted as words, never made into bytes first
+    words = codec.order_words(column)
+    if words is not None:
+        return _sort_words(table, words)
+    encoded = combine(codec.encode_array(column))
     if len(encoded) < 2:
         return SortedRows(table, encoded)
-    words = as_u64(encoded)
+    words = as_u64(encoded)  # other codecs whose keys happen to be 8 bytes
     if words is not None:
-        # Fixed 8-byte keys: the whole sort and dedupe in numpy.
-        if bool(np.all(words[:-1] < words[1:])):
-            return SortedRows(table, encoded)  # already in key order: nothing to move
-        order = _dense_order(words)
-        if order is not None:  # unique keys in a narrow range: placed, not compared
-            return SortedRows(table, encoded.take(pa.array(order)), order)
-        order = np.argsort(words)  # fast; fine while the keys are unique
-        ordered = words[order]
-        last_of_run = np.append(ordered[:-1] != ordered[1:], True)
-        if not last_of_run.all():
-            # Repeated keys: a stable sort keeps them in write order, so the last wins.
-            order = np.argsort(words, kind="stable")
-            ordered = words[order]
-            last_of_run = np.append(ordered[:-1] != ordered[1:], True)
-            order = order[last_of_run]
-        # The rows are gathered lazily (see SortedRows); the keys are cheap to gather now.
-        return SortedRows(table, encoded.take(pa.array(order)), order)
+        return _sort_words(table, words)
     n = len(encoded)
     if pc.all(pc.less(encoded.slice(0, n - 1), encoded.slice(1))).as_py():
         return SortedRows(table, encoded)
@@ -107,6 +96,27 @@ def sort_rows(table: pa.Table, key_field: str, codec: KeyCodec) -> SortedRows:
     if not pc.all(keep).as_py():
         table, encoded = table.filter(keep), encoded.filter(keep)
     return SortedRows(table, encoded)
+
+
+def _sort_words(table: pa.Table, words: np.ndarray) -> SortedRows:
+    """:func:`sort_rows` of fixed 8-byte keys given as words: the whole sort and dedupe
+    in numpy, the encoded keys made once, in key order."""
+    if len(words) < 2 or bool(np.all(words[:-1] < words[1:])):
+        return SortedRows(table, words_binary(words))  # in key order: nothing to move
+    order = _dense_order(words)
+    if order is not None:  # unique keys in a narrow range: placed, not compared
+        return SortedRows(table, words_binary(words[order]), order)
+    order = np.argsort(words)  # fast; fine while the keys are unique
+    ordered = words[order]
+    last_of_run = np.append(ordered[:-1] != ordered[1:], True)
+    if not last_of_run.all():
+        # Repeated keys: a stable sort keeps them in write order, so the last wins.
+        order = np.argsort(words, kind="stable")
+        ordered = words[order]
+        last_of_run = np.append(ordered[:-1] != ordered[1:], True)
+        order, ordered = order[last_of_run], ordered[last_of_run]
+    # The rows are gathered lazily (see SortedRows); the keys are cheap to make now.
+    return SortedRows(table, words_binary(ordered), order)
 
 
 def _dense_order(words: np.ndarray) -> np.ndarray | None:
