@@ -9,11 +9,15 @@ compute as pc`` and it is loaded the first time a kernel is called.
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
-__all__ = ["LazyModule", "compute", "lazy_attributes"]
+__all__ = ["LazyModule", "OnFirstUse", "compute", "lazy_attributes"]
+
+T = TypeVar("T")
+S = TypeVar("S")
 
 
 class LazyModule:
@@ -62,3 +66,43 @@ def lazy_attributes(package: str, where: Mapping[str, str]) -> Callable[[str], A
         return value
 
     return attribute
+
+
+class OnFirstUse(Generic[S, T]):
+    """An instance attribute made by ``make(instance)`` the first time it is read.
+
+    For parts of an object that many of its users never touch (and whose
+    modules they should not import): ``functools.cached_property``, but the
+    value is made once even when threads race for it (a lock per owning class;
+    ``make`` may read other such attributes). The value is then stored in the
+    instance's ``__dict__`` under the attribute's name, so later reads cost
+    what a plain attribute costs, and assigning the attribute works as usual.
+    """
+
+    def __init__(self, make: Callable[[S], T]) -> None:
+        self._make = make
+        self._name = ""
+        self._lock = threading.RLock()
+        self.__doc__ = make.__doc__
+
+    def __set_name__(self, owner: type[S], name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type[S]) -> OnFirstUse[S, T]: ...
+    @overload
+    def __get__(self, instance: S, owner: type[S]) -> T: ...
+    def __get__(self, instance: S | None, owner: type[S]) -> OnFirstUse[S, T] | T:
+        if instance is None:
+            return self
+        with self._lock:
+            namespace = instance.__dict__
+            try:
+                value: T = namespace[self._name]
+            except KeyError:
+                value = namespace[self._name] = self._make(instance)
+        return value
+
+    def made(self, instance: S) -> bool:
+        """Whether ``instance`` has the attribute yet (reading it would make it)."""
+        return self._name in instance.__dict__

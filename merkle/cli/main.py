@@ -16,7 +16,6 @@ of ``merkle load``, nor ``merkle scan`` for the CAR code of ``merkle export``.
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import sys
 from typing import Any
 
@@ -93,13 +92,16 @@ def cli(ctx: click.Context, lake: str | None, options: dict[str, object]) -> Non
     ctx.obj = CliState(lake, dict(options))
 
 
-class _NoPandas(importlib.abc.MetaPathFinder):
-    """Keeps pandas out of the command line's process.
+class _NoPandas:
+    """Keeps pandas out of the command line's process (a meta path finder).
 
     pyarrow imports pandas (when it is installed) the first time it builds
     an array, only to check whether its input is a pandas object: a fifth of
     a second at every start. No command hands pyarrow a pandas object, so the
-    command line (not the library) tells that check pandas is absent.
+    command line (not the library) tells that check pandas is absent. (A
+    plain class: the import system only calls ``find_spec``, and subclassing
+    ``importlib.abc.MetaPathFinder`` would import ``importlib.resources`` and
+    ``tempfile`` at every start.)
     """
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
@@ -112,3 +114,7 @@ def main() -> None:
     if "pandas" not in sys.modules:
         sys.meta_path.insert(0, _NoPandas())
     cli()
+
+
+if __name__ == "__main__":  # python -m merkle.cli.main ...
+    main()
