@@ -14,11 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from merkle.blocks.cid import CID, DAG_CBOR
-from merkle.blocks.codec import decode_node, iter_links
 from merkle.errors import IntegrityError, MerkleError, NotFoundError
 
 if TYPE_CHECKING:
+    from merkle.blocks.cid import CID
     from merkle.db.connection import Connection
     from merkle.gc.collect import Progress
     from merkle.gc.report import VerifyReport
@@ -32,7 +31,9 @@ def verify(
     conn: Connection, db: str | None = None, *, progress: Progress | None = None
 ) -> VerifyReport:
     """Check every block reachable from every kept version (of ``db``, or of all databases)."""
-    # Imported here: ``merkle.gc`` imports this module with the package (see its doc).
+    # Imported here: ``import merkle`` imports this module (see merkle.gc's doc).
+    from merkle.blocks.cid import CID, DAG_CBOR
+    from merkle.blocks.codec import decode_node, iter_links
     from merkle.gc.collect import journal_names
     from merkle.gc.report import VerifyReport
     from merkle.refs import audit_journal

@@ -14,8 +14,7 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -26,6 +25,9 @@ from merkle.tablets.keyindex import KeyIndex
 from merkle.tablets.nodes import BatchNode, IndexNode, TableRoot, TabletNode
 from merkle.tablets.segment import decode_segment, encode_segment
 from merkle.tablets.segschema import decode_segment_schema, schema_message_size
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["DEFAULT_WORKERS", "Columns", "TableStore"]
 
@@ -56,6 +58,10 @@ class _Shared:
     def executor(self) -> ThreadPoolExecutor:
         with self.lock:
             if self.pool is None:
+                # Imported with the first pool (it imports logging): a process that never
+                # fans out, such as a command that reads one page, does not pay for it.
+                from concurrent.futures import ThreadPoolExecutor
+
                 self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix=_POOL_PREFIX)
             return self.pool
 
