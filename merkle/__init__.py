@@ -16,7 +16,7 @@ they use.
 """
 
 import importlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from merkle import errors
 from merkle.lazy import lazy_attributes
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __version__ = "0.1.0"
 
-__getattr__ = lazy_attributes(
+_names = lazy_attributes(
     __name__,
     {
         "Connection": "merkle.db.connection",
@@ -48,6 +48,17 @@ __getattr__ = lazy_attributes(
         "verify": "merkle.gc.verify",
     },
 )
+
+#: The subpackages ``import merkle`` used to import, imported on first use now, so
+#: that ``merkle.db.Database`` and the like still work without an import of their own.
+_SUBPACKAGES = frozenset({"blocks", "db", "refs", "storage", "tablets"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
+    return _names(name)
+
 
 __all__ = [
     "Connection",

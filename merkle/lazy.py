@@ -1,9 +1,15 @@
-"""Modules imported on first use, so that a command pays only for what it runs.
+"""Modules, names and attributes made on first use, so that a command pays only for what it runs.
 
 ``pyarrow.compute`` builds Python wrappers for every Arrow kernel when it is
 imported (tens of milliseconds); most of merkle-db uses it somewhere, but a
 point read needs none of it. Modules import it as ``from merkle.lazy import
-compute as pc`` and it is loaded the first time a kernel is called.
+compute as pc`` and it is loaded the first time a kernel is called. The same
+holds for merkle's own write path: :class:`LazyModule` stands in for a module
+(``merkle.db.ops`` in ``merkle.db.database``), :func:`lazy_attributes` serves a
+package's names from their modules (``merkle``, ``merkle.gc``, ``merkle.refs``),
+and :class:`OnFirstUse` makes an object's parts when first read (a
+connection's lease manager). ``tests/cli/test_start.py`` checks what a fresh
+``merkle get`` imports.
 """
 
 from __future__ import annotations
@@ -73,7 +79,7 @@ class OnFirstUse(Generic[S, T]):
 
     For parts of an object that many of its users never touch (and whose
     modules they should not import): ``functools.cached_property``, but the
-    value is made once even when threads race for it (a lock per owning class;
+    value is made once even when threads race for it (a lock per attribute;
     ``make`` may read other such attributes). The value is then stored in the
     instance's ``__dict__`` under the attribute's name, so later reads cost
     what a plain attribute costs, and assigning the attribute works as usual.

@@ -125,6 +125,17 @@ def test_import_merkle_loads_neither_pyarrow_nor_the_database_layer() -> None:
     assert _loaded(modules, NEVER_FOR_A_READ) == []
 
 
+def test_the_subpackages_import_merkle_used_to_load_still_load_on_use() -> None:
+    code = """
+import merkle
+assert merkle.db.Database is merkle.Database and merkle.tablets.Table and merkle.blocks.CID
+assert merkle.refs.RefManager and merkle.storage.open_store
+print("ok")
+"""
+    _, out = _fresh(code)
+    assert out == "ok\n"
+
+
 def test_the_command_line_module_loads_no_command() -> None:
     """``merkle --help`` and ``--version`` need click and the group, not pyarrow."""
     modules, _ = _fresh("import merkle.cli.main")
