@@ -8,26 +8,56 @@ S3. Start with :func:`connect`::
     conn = merkle.connect("file:///data/lake")
     db = conn.create_db("shop")
     db = db.create_table("orders", key="order_id").write("orders", [...]).commit()
+
+The public names are imported on first use (``merkle.connect`` loads the
+database layer, ``merkle.gc`` the collector, ``merkle.sync`` the CAR code), so
+that ``import merkle`` and a command that reads one record pay only for what
+they use.
 """
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from merkle import errors
-from merkle.db import Connection, Database, connect
-from merkle.gc import gc, verify  # after the package import: `merkle.gc` is the function
-from merkle.tablets.schema import free_field
+from merkle.lazy import lazy_attributes
+
+# `merkle.gc` is the collector *function*, but importing the package merkle.gc
+# binds the package as the attribute `gc` of merkle, whenever it first happens.
+# So the package (cheap: its own names load on use) is imported now, its
+# binding dropped, and __getattr__ below serves the function from then on.
+importlib.import_module("merkle.gc")
+del globals()["gc"]
+
+if TYPE_CHECKING:
+    from merkle.db import Connection, Database, connect
+    from merkle.gc import gc, verify
+    from merkle.tablets.schema import free_field
+    from merkle.transfer import sync
 
 __version__ = "0.1.0"
 
+_names = lazy_attributes(
+    __name__,
+    {
+        "Connection": "merkle.db.connection",
+        "Database": "merkle.db.database",
+        "connect": "merkle.db.connection",
+        "free_field": "merkle.tablets.schema",
+        "gc": "merkle.gc.collect",
+        "sync": "merkle.transfer.sync",
+        "verify": "merkle.gc.verify",
+    },
+)
+
+#: The subpackages ``import merkle`` used to import, imported on first use now, so
+#: that ``merkle.db.Database`` and the like still work without an import of their own.
+_SUBPACKAGES = frozenset({"blocks", "db", "refs", "storage", "tablets"})
+
 
 def __getattr__(name: str) -> Any:
-    # merkle.sync is imported on first use: its CAR code pulls in multiformats,
-    # which a command that does not move versions between lakes should not pay for.
-    if name == "sync":
-        from merkle.transfer import sync
-
-        return sync
-    raise AttributeError(f"module 'merkle' has no attribute {name!r}")
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"{__name__}.{name}")
+    return _names(name)
 
 
 __all__ = [
@@ -41,3 +71,7 @@ __all__ = [
     "sync",
     "verify",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

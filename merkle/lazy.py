@@ -1,19 +1,29 @@
-"""Modules imported on first use, so that a command pays only for what it runs.
+"""Modules, names and attributes made on first use, so that a command pays only for what it runs.
 
 ``pyarrow.compute`` builds Python wrappers for every Arrow kernel when it is
 imported (tens of milliseconds); most of merkle-db uses it somewhere, but a
 point read needs none of it. Modules import it as ``from merkle.lazy import
-compute as pc`` and it is loaded the first time a kernel is called.
+compute as pc`` and it is loaded the first time a kernel is called. The same
+holds for merkle's own write path: :class:`LazyModule` stands in for a module
+(``merkle.db.ops`` in ``merkle.db.database``), :func:`lazy_attributes` serves a
+package's names from their modules (``merkle``, ``merkle.gc``, ``merkle.refs``),
+and :class:`OnFirstUse` makes an object's parts when first read (a
+connection's lease manager). ``tests/cli/test_start.py`` checks what a fresh
+``merkle get`` imports.
 """
 
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
-__all__ = ["LazyModule", "compute", "lazy_attributes"]
+__all__ = ["LazyModule", "OnFirstUse", "compute", "lazy_attributes"]
+
+T = TypeVar("T")
+S = TypeVar("S")
 
 
 class LazyModule:
@@ -62,3 +72,43 @@ def lazy_attributes(package: str, where: Mapping[str, str]) -> Callable[[str], A
         return value
 
     return attribute
+
+
+class OnFirstUse(Generic[S, T]):
+    """An instance attribute made by ``make(instance)`` the first time it is read.
+
+    For parts of an object that many of its users never touch (and whose
+    modules they should not import): ``functools.cached_property``, but the
+    value is made once even when threads race for it (a lock per attribute;
+    ``make`` may read other such attributes). The value is then stored in the
+    instance's ``__dict__`` under the attribute's name, so later reads cost
+    what a plain attribute costs, and assigning the attribute works as usual.
+    """
+
+    def __init__(self, make: Callable[[S], T]) -> None:
+        self._make = make
+        self._name = ""
+        self._lock = threading.RLock()
+        self.__doc__ = make.__doc__
+
+    def __set_name__(self, owner: type[S], name: str) -> None:
+        self._name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type[S]) -> OnFirstUse[S, T]: ...
+    @overload
+    def __get__(self, instance: S, owner: type[S]) -> T: ...
+    def __get__(self, instance: S | None, owner: type[S]) -> OnFirstUse[S, T] | T:
+        if instance is None:
+            return self
+        with self._lock:
+            namespace = instance.__dict__
+            try:
+                value: T = namespace[self._name]
+            except KeyError:
+                value = namespace[self._name] = self._make(instance)
+        return value
+
+    def made(self, instance: S) -> bool:
+        """Whether ``instance`` has the attribute yet (reading it would make it)."""
+        return self._name in instance.__dict__

@@ -17,7 +17,6 @@ from merkle.cli.common import (
     version_options,
 )
 from merkle.cli.output import emit_record, emit_rows, format_option
-from merkle.db.diff import commit_counts
 
 __all__ = ["db"]
 
@@ -115,6 +114,8 @@ def log(name: str, limit: int | None, no_counts: bool, fmt: str | None) -> None:
     ``changes`` counts the records each version inserted (+), updated (~)
     and deleted (-), against its parent; a merge shows both parents.
     """
+    from merkle.db.diff import commit_counts  # the diff code: only this command uses it
+
     conn = connection()
     entries = conn.history(name, limit)
 

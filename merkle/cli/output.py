@@ -29,14 +29,12 @@ copied from the output can be pasted back.
 
 from __future__ import annotations
 
-import csv
 import datetime
 import decimal
 import json
 import math
 import sys
 import unicodedata
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import IO, Any
 
@@ -78,9 +76,9 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, set | frozenset):
         items = [jsonable(item) for item in value]
         return sorted(items, key=lambda item: json.dumps(item, sort_keys=True))
-    if isinstance(value, decimal.Decimal | uuid.UUID | datetime.timedelta):
+    if isinstance(value, decimal.Decimal | datetime.timedelta):
         return str(value)
-    try:  # numpy scalars and the like
+    try:  # numpy scalars and the like (a UUID, which has no .item(), is str() below)
         item = value.item()
     except (AttributeError, TypeError, ValueError):
         return str(value)
@@ -176,6 +174,8 @@ def _write_table(out: IO[str], rows: Sequence[Mapping[str, Any]], columns: list[
 def _write_csv(out: IO[str], rows: Sequence[Mapping[str, Any]], columns: list[str]) -> None:
     if not columns:
         return
+    import csv  # only this format needs it
+
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(columns)
     for row in rows:

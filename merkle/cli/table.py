@@ -18,7 +18,6 @@ from merkle.cli.common import (
     version_options,
 )
 from merkle.cli.output import emit_record, emit_rows, format_option
-from merkle.cli.sources import parse_types
 from merkle.tablets.schema import is_free
 
 __all__ = ["parse_family", "show_schema", "split_names", "table"]
@@ -147,6 +146,9 @@ def create(
     author: str | None,
 ) -> None:
     """Create table NAME in database DB, keyed by --key FIELD."""
+    # The readers of ``merkle load`` (CSV, JSON, Parquet): only the commands with types use them.
+    from merkle.cli.sources import parse_types
+
     key = split_names(keys, "--key")
     free: bool | list[str] = False
     if schema_free is not None:
@@ -227,6 +229,8 @@ def alter(
     author: str | None,
 ) -> None:
     """Change the schema of table NAME in database DB (the rules: doc/api.md, "Schemas")."""
+    from merkle.cli.sources import parse_types  # (see create)
+
     renames = {}
     for text in rename:
         old, sep, new = text.partition("=")

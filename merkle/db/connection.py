@@ -22,24 +22,16 @@ from merkle.blocks.walk import missing_below
 from merkle.db.database import Database
 from merkle.db.dbroot import DbRoot
 from merkle.db.inputs import check_metadata
-from merkle.db.readers import ReaderLeaseKeeper
 from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError
-from merkle.refs import (
-    JournalConflictError,
-    JournalEntry,
-    LeaseManager,
-    RefManager,
-    Tag,
-    TagManager,
-    WriterSession,
-    WriterTicket,
-    settle_passed_commit,
-)
+from merkle.lazy import OnFirstUse
+from merkle.refs import JournalConflictError, JournalEntry, RefManager
 from merkle.storage.base import ObjectStore, open_store
 from merkle.tablets.store import DEFAULT_WORKERS, TableStore
 
 if TYPE_CHECKING:
     from merkle.db.merge import Resolver
+    from merkle.db.readers import ReaderLeaseKeeper
+    from merkle.refs import LeaseManager, Tag, TagManager, WriterSession, WriterTicket
 
 __all__ = ["Connection", "connect"]
 
@@ -94,11 +86,39 @@ class Connection:
         self.blocks = BlockStore(store, hash=self.hash, cache_bytes=max(1 << 20, cache_bytes // 4))
         self.tables = TableStore(self.blocks, cache_bytes=cache_bytes, workers=workers)
         self.refs = RefManager(store)
-        self.tag_refs = TagManager(store)
-        self.leases = LeaseManager(store)
-        self._writer = WriterSession(self.leases)
-        self._readers = ReaderLeaseKeeper(self.leases, still_kept=self._still_kept)
         self._closed = False
+
+    # The parts a process that only reads never uses (no lease, no tag) are made, and
+    # their modules imported, on first use: ``merkle get`` starts faster without them.
+
+    def _make_tag_refs(self) -> TagManager:
+        """The lake's tags (``merkle.refs.tags``)."""
+        from merkle.refs.tags import TagManager
+
+        return TagManager(self.store)
+
+    def _make_leases(self) -> LeaseManager:
+        """The lake's reader and writer leases and GC lock (``merkle.refs.leases``)."""
+        from merkle.refs.leases import LeaseManager
+
+        return LeaseManager(self.store)
+
+    def _make_writer(self) -> WriterSession:
+        """This connection's writer lease, shared by its commits (``merkle.refs.writer``)."""
+        from merkle.refs.writer import WriterSession
+
+        return WriterSession(self.leases)
+
+    def _make_readers(self) -> ReaderLeaseKeeper:
+        """The reader leases of this connection's leased values (``merkle.db.readers``)."""
+        from merkle.db.readers import ReaderLeaseKeeper
+
+        return ReaderLeaseKeeper(self.leases, still_kept=self._still_kept)
+
+    tag_refs = OnFirstUse(_make_tag_refs)
+    leases = OnFirstUse(_make_leases)
+    _writer = OnFirstUse(_make_writer)
+    _readers = OnFirstUse(_make_readers)
 
     @property
     def uri(self) -> str:
@@ -112,8 +132,10 @@ class Connection:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self._writer.close()
-            self._readers.close()
+            if Connection._writer.made(self):
+                self._writer.close()
+            if Connection._readers.made(self):
+                self._readers.close()
             self.tables.close()
             self.store.close()
 
@@ -154,7 +176,9 @@ class Connection:
         """
         if not self._writer.passed(ticket):
             return False
-        settle_passed_commit(self.refs, self.leases, entry)
+        from merkle.refs import writer
+
+        writer.settle_passed_commit(self.refs, self.leases, entry)
         return True
 
     # -- databases -------------------------------------------------------------------

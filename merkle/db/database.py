@@ -10,9 +10,7 @@ one per call.
 
 from __future__ import annotations
 
-import random
 import time
-import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -29,38 +27,30 @@ from merkle.db.inputs import (
     check_metadata,
     check_table_name,
 )
-from merkle.db.landing import land_commit
-from merkle.db.noop import changes_nothing
-from merkle.db.ops import (
-    AlterDbMeta,
-    AlterFamilies,
-    AlterSchema,
-    AlterTableMeta,
-    BuildTable,
-    Compact,
-    CreateTable,
-    Delete,
-    DropTable,
-    Op,
-    Write,
-)
-from merkle.db.readers import ReaderLease
 from merkle.db.records import RecordOps
 from merkle.db.staging import StagedBlocks
 from merkle.db.tableinfo import describe_table, list_tablets, read_stray_tablet
 from merkle.db.tablestate import TableChange as _Change
 from merkle.db.tablestate import TableState as _TableState
 from merkle.errors import ConflictError, NotFoundError, UsageError
-from merkle.refs import JournalConflictError, JournalEntry, WriterTicket
-from merkle.tablets.evolve import SchemaChange
+from merkle.lazy import LazyModule
+from merkle.refs import JournalConflictError, JournalEntry
 from merkle.tablets.rows import empty_keys, sort_rows
 from merkle.tablets.schema import check_schema, with_free_fields
 from merkle.tablets.store import TableStore
 from merkle.tablets.table import Table, check_limits
 
 if TYPE_CHECKING:
+    from merkle.db import ops as db_ops
     from merkle.db.connection import Connection
     from merkle.db.diff import DatabaseDiff
+    from merkle.db.readers import ReaderLease
+    from merkle.refs import WriterTicket
+    from merkle.tablets.evolve import SchemaChange
+else:
+    # The recorded changes (a dozen frozen dataclasses) are built by writes only:
+    # imported when a value is first changed, not by a process that only reads.
+    db_ops = LazyModule("merkle.db.ops")
 
 __all__ = ["Database"]
 
@@ -81,7 +71,7 @@ class Database(RecordOps):
         tables: Mapping[str, _TableState | None] | None = None,
         meta: Any = None,
         meta_changed: bool = False,
-        ops: tuple[Op, ...] = (),
+        ops: tuple[db_ops.Op, ...] = (),
     ) -> None:
         self._conn = conn
         self._entry = entry
@@ -203,7 +193,7 @@ class Database(RecordOps):
         cid = self._base.tables.get(name)
         return str(cid) if cid is not None else None
 
-    def _with_table(self, name: str, state: _TableState | None, op: Op) -> Database:
+    def _with_table(self, name: str, state: _TableState | None, op: db_ops.Op) -> Database:
         tables = dict(self._tables)
         tables[name] = state
         return self._evolve(tables=tables, ops=(*self._ops, op))
@@ -241,8 +231,10 @@ class Database(RecordOps):
                 f"table {name!r} already exists in database {self.name!r}; "
                 "drop it first or choose another name"
             )
+        import uuid  # the table's identity: only a new table needs one
+
         limits = check_limits(tablet_size_limit, branching_factor, patch_limit, patch_share)
-        op = CreateTable(
+        op = db_ops.CreateTable(
             name,
             key if isinstance(key, str) else tuple(key),
             key_codec
@@ -256,7 +248,7 @@ class Database(RecordOps):
         )
         return self._create_table(op)
 
-    def _create_table(self, op: CreateTable) -> Database:
+    def _create_table(self, op: db_ops.CreateTable) -> Database:
         limits = check_limits(*op.limits)
         table = Table.new(
             self._ts,
@@ -274,7 +266,7 @@ class Database(RecordOps):
 
     def drop_table(self, name: str) -> Database:
         state = self._state(name)
-        return self._with_table(name, None, DropTable(name, state.table.root.uid))
+        return self._with_table(name, None, db_ops.DropTable(name, state.table.root.uid))
 
     def describe_table(self, name: str) -> dict[str, Any]:
         return describe_table(self._ts, self._table(name), name)
@@ -283,12 +275,12 @@ class Database(RecordOps):
         state = self._state(name)
         table = state.current(self.version + 1)
         meta = check_metadata(fn(table.root.meta, *args), f"metadata of table {name!r}")
-        op = AlterTableMeta(name, table.root.uid, fn, args)
+        op = db_ops.AlterTableMeta(name, table.root.uid, fn, args)
         return self._with_table(name, _TableState(table.with_meta(meta)), op)
 
     def alter_families(self, name: str, families: Mapping[str, Any]) -> Database:
         table = self._table(name)
-        op = AlterFamilies(name, table.root.uid, dict(families))
+        op = db_ops.AlterFamilies(name, table.root.uid, dict(families))
         return self._with_table(name, _TableState(table.with_families(families)), op)
 
     def alter_schema(
@@ -307,6 +299,8 @@ class Database(RecordOps):
         (``{name: type}``: int32 -> int64, float32 -> float64, ...), make fields
         ``nullable``, or make them ``free`` (schema-free). The rules are in
         doc/api.md, "Schemas"; breaking one is a SchemaError."""
+        from merkle.tablets.evolve import SchemaChange
+
         change = SchemaChange.of(add, drop, rename, widen, nullable, free)
         return self._alter_schema(name, change)
 
@@ -317,7 +311,7 @@ class Database(RecordOps):
         except UsageError as exc:
             raise type(exc)(f"table {name!r}: {exc}") from None
         return self._with_table(
-            name, _TableState(altered), AlterSchema(name, table.root.uid, change)
+            name, _TableState(altered), db_ops.AlterSchema(name, table.root.uid, change)
         )
 
     # -- records -------------------------------------------------------------------
@@ -332,9 +326,11 @@ class Database(RecordOps):
     ) -> Database:
         """Upsert whole records: dicts holding the key field, a mapping key -> dict, Arrow,
         or a DataFrame (pandas, Polars, anything with ``__arrow_c_stream__``)."""
-        return self._upsert(table, records, lambda uid, rows: Write(table, uid, rows))
+        return self._upsert(table, records, lambda uid, rows: db_ops.Write(table, uid, rows))
 
-    def _upsert(self, table: str, records: Any, op: Callable[[str, pa.Table], Op]) -> Database:
+    def _upsert(
+        self, table: str, records: Any, op: Callable[[str, pa.Table], db_ops.Op]
+    ) -> Database:
         state = self._state(table)
         rows_in = as_rows(records, state.table.key, table)  # names the record at fault
         try:
@@ -351,9 +347,9 @@ class Database(RecordOps):
     def delete(self, table: str, keys: Iterable[Any]) -> Database:
         """Remove records by key; keys that do not exist are fine (a blind delete)."""
         keys = tuple(check_keys(keys, table))
-        return self._delete(table, keys, lambda uid: Delete(table, uid, keys))
+        return self._delete(table, keys, lambda uid: db_ops.Delete(table, uid, keys))
 
-    def _delete(self, table: str, keys: Sequence[Any], op: Callable[[str], Op]) -> Database:
+    def _delete(self, table: str, keys: Sequence[Any], op: Callable[[str], db_ops.Op]) -> Database:
         state = self._state(table)
         if not keys:
             return self
@@ -456,7 +452,7 @@ class Database(RecordOps):
         cids = [CID.parse(t) for t in tablet_ids]
         built = state.table.build_from(cids)
         self._staging.add_foreign(cids)  # proven stored at commit, under the writer lease
-        op = BuildTable(
+        op = db_ops.BuildTable(
             table, built.root.uid, [str(c) for c in cids], self._table_root(table) or ""
         )
         return self._with_table(table, _TableState(built), op)
@@ -473,7 +469,7 @@ class Database(RecordOps):
             current = db._table(name)
             if not current.root.pending:
                 continue
-            op = Compact(name, current.root.uid)
+            op = db_ops.Compact(name, current.root.uid)
             db = db._with_table(name, _TableState(current.flush()), op)
         return db
 
@@ -486,7 +482,9 @@ class Database(RecordOps):
     def alter_db_meta(self, fn: Callable[..., Any], *args: Any) -> Database:
         """This database with metadata ``fn(metadata, *args)``."""
         meta = check_metadata(fn(self._meta, *args), f"metadata of database {self.name!r}")
-        return self._evolve(meta=meta, meta_changed=True, ops=(*self._ops, AlterDbMeta(fn, args)))
+        return self._evolve(
+            meta=meta, meta_changed=True, ops=(*self._ops, db_ops.AlterDbMeta(fn, args))
+        )
 
     def diff(
         self, other: Any, table: str | None = None, fields: Sequence[str] | None = None
@@ -545,6 +543,12 @@ class Database(RecordOps):
         used instead of the connection's own, so that a collection waiting for
         that lease cannot also block the commit.
         """
+        # The commit path: imported by the first commit, not by a process that only reads.
+        import random
+
+        from merkle.db.landing import land_commit
+        from merkle.db.noop import changes_nothing
+
         if not self._ops:
             return self
         if self._committed is not None:

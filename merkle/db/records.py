@@ -15,12 +15,15 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from merkle.db.inputs import check_fields
-from merkle.db.ops import DeleteWhere, Op, Update, Upsert
 from merkle.db.tablestate import TableChange, TableState
+from merkle.lazy import LazyModule
 from merkle.tablets.table import Table
 
 if TYPE_CHECKING:
+    from merkle.db import ops as db_ops
     from merkle.db.database import Database
+else:
+    db_ops = LazyModule("merkle.db.ops")  # built by writes only (see merkle.db.database)
 
 __all__ = ["RecordOps"]
 
@@ -32,11 +35,13 @@ class RecordOps:
 
         def _state(self, name: str) -> TableState: ...
         def _table(self, name: str) -> Table: ...
-        def _with_table(self, name: str, state: TableState | None, op: Op) -> Database: ...
+        def _with_table(self, name: str, state: TableState | None, op: db_ops.Op) -> Database: ...
         def _upsert(
-            self, table: str, records: Any, op: Callable[[str, pa.Table], Op]
+            self, table: str, records: Any, op: Callable[[str, pa.Table], db_ops.Op]
         ) -> Database: ...
-        def _delete(self, table: str, keys: Sequence[Any], op: Callable[[str], Op]) -> Database: ...
+        def _delete(
+            self, table: str, keys: Sequence[Any], op: Callable[[str], db_ops.Op]
+        ) -> Database: ...
         def to_arrow(
             self,
             table: str,
@@ -60,7 +65,7 @@ class RecordOps:
                 return self  # type: ignore[return-value]
             changed, patches = patched
             new_state = TableState(changed, (*state.changes, TableChange(patches=patches)))
-            op = Update(table, changed.root.uid, dict(changes))
+            op = db_ops.Update(table, changed.root.uid, dict(changes))
             return self._with_table(table, new_state, op)
         done = updated_rows(self._table(table), changes)
         if done is None or not len(done[1]):
@@ -70,7 +75,9 @@ class RecordOps:
             state.table.with_schema(current.root.schema) if current.root.typed else state.table
         )
         new_state = TableState(changed, (*state.changes, TableChange(upserts=rows)))
-        return self._with_table(table, new_state, Update(table, changed.root.uid, dict(changes)))
+        return self._with_table(
+            table, new_state, db_ops.Update(table, changed.root.uid, dict(changes))
+        )
 
     def upsert(
         self,
@@ -95,7 +102,9 @@ class RecordOps:
         return self._upsert(
             table,
             records,
-            lambda uid, _: Upsert(table, uid, rows, when_matched, when_not_matched, condition),
+            lambda uid, _: db_ops.Upsert(
+                table, uid, rows, when_matched, when_not_matched, condition
+            ),
         )
 
     def delete_where(self, table: str, predicate: Any) -> Database:
@@ -105,7 +114,7 @@ class RecordOps:
         from merkle.db.changes import deleted_keys
 
         keys = deleted_keys(self._table(table), predicate)
-        return self._delete(table, keys, lambda uid: DeleteWhere(table, uid, predicate))
+        return self._delete(table, keys, lambda uid: db_ops.DeleteWhere(table, uid, predicate))
 
     def to_batches(
         self,

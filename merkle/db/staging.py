@@ -28,8 +28,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from merkle.blocks.cid import CID, DAG_CBOR, codec_code
 from merkle.blocks.codec import decode_node, iter_links
@@ -37,6 +36,9 @@ from merkle.blocks.store import BlockStore
 from merkle.blocks.walk import missing_below
 from merkle.errors import NotFoundError, UsageError
 from merkle.storage.base import ObjectInfo
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 __all__ = ["StagedBlocks"]
 
@@ -264,6 +266,8 @@ class _EarlyWriter:
 
         with self.room:
             if self.pool is None:
+                from concurrent.futures import ThreadPoolExecutor  # (with logging: 3 ms)
+
                 self.pool = ThreadPoolExecutor(2, thread_name_prefix="merkle-early-write")
             self.futures.append(self.pool.submit(write))
 

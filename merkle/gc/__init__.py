@@ -4,22 +4,50 @@
 writer lease and sweeps what nothing reaches; ``merkle.verify(conn)`` re-hashes
 everything reachable. Retention is stored per lake with per-database
 overrides (``set_retention``). See doc/operations.md.
+
+Every name here but ``verify`` is imported on first use: ``import merkle``
+imports this package (see ``merkle/__init__.py``), and a command that only
+reads must not pay for the collector. ``verify`` (a light module) is imported
+now: the function has the name of its module, and importing the module later
+would bind the module, not the function, as ``merkle.gc.verify``.
 """
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from merkle.gc.collect import gc, journal_names
-from merkle.gc.fanout import Fanout
-from merkle.gc.mark import Marker, ReachabilityError
-from merkle.gc.policy import Policy, Retention, load_policy, parse_duration, save_policy
-from merkle.gc.report import DatabaseReport, GCReport, VerifyReport, load_reports
 from merkle.gc.verify import verify
+from merkle.lazy import lazy_attributes
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from merkle.db.connection import Connection
+    from merkle.gc.collect import gc, journal_names
+    from merkle.gc.fanout import Fanout
+    from merkle.gc.mark import Marker, ReachabilityError
+    from merkle.gc.policy import Policy, Retention, parse_duration
+    from merkle.gc.report import DatabaseReport, GCReport, VerifyReport, load_reports
+
+__getattr__ = lazy_attributes(
+    __name__,
+    {
+        "DatabaseReport": "merkle.gc.report",
+        "Fanout": "merkle.gc.fanout",
+        "GCReport": "merkle.gc.report",
+        "Marker": "merkle.gc.mark",
+        "Policy": "merkle.gc.policy",
+        "ReachabilityError": "merkle.gc.mark",
+        "Retention": "merkle.gc.policy",
+        "VerifyReport": "merkle.gc.report",
+        "gc": "merkle.gc.collect",
+        "journal_names": "merkle.gc.collect",
+        "load_policy": "merkle.gc.policy",
+        "load_reports": "merkle.gc.report",
+        "parse_duration": "merkle.gc.policy",
+        "save_policy": "merkle.gc.policy",
+    },
+)
 
 __all__ = [
     "DatabaseReport",
@@ -42,6 +70,8 @@ __all__ = [
 
 def get_policy(conn: Connection) -> Policy:
     """The lake's retention policy and grace period."""
+    from merkle.gc.policy import load_policy
+
     return load_policy(conn.store)
 
 
@@ -58,6 +88,8 @@ def set_retention(
     With ``db`` and neither limit, the database's override is removed and the
     lake default applies to it again. ``grace`` sets the lake's grace period.
     """
+    from merkle.gc.policy import Policy, Retention, load_policy, parse_duration, save_policy
+
     policy = load_policy(conn.store)
     within = parse_duration(keep_within) if keep_within is not None else None
     retention = Retention(keep_versions, within)

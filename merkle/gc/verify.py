@@ -14,15 +14,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from merkle.blocks.cid import CID, DAG_CBOR
-from merkle.blocks.codec import decode_node, iter_links
 from merkle.errors import IntegrityError, MerkleError, NotFoundError
-from merkle.gc.collect import Progress, journal_names
-from merkle.gc.report import VerifyReport
-from merkle.refs import audit_journal
 
 if TYPE_CHECKING:
+    from merkle.blocks.cid import CID
     from merkle.db.connection import Connection
+    from merkle.gc.collect import Progress
+    from merkle.gc.report import VerifyReport
 
 __all__ = ["verify"]
 
@@ -33,6 +31,13 @@ def verify(
     conn: Connection, db: str | None = None, *, progress: Progress | None = None
 ) -> VerifyReport:
     """Check every block reachable from every kept version (of ``db``, or of all databases)."""
+    # Imported here: ``import merkle`` imports this module (see merkle.gc's doc).
+    from merkle.blocks.cid import CID, DAG_CBOR
+    from merkle.blocks.codec import decode_node, iter_links
+    from merkle.gc.collect import journal_names
+    from merkle.gc.report import VerifyReport
+    from merkle.refs import audit_journal
+
     report = VerifyReport()
     names = [db] if db is not None else journal_names(conn)
     if db is not None and conn.refs.head(db) is None:

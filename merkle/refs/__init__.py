@@ -16,25 +16,36 @@ from merkle.refs.errors import (
     LeaseExpiredError,
     LockHeldError,
 )
-from merkle.refs.gclock import GCLock, LockState, WritersBusyError
 from merkle.refs.journal import RefManager
-from merkle.refs.leases import DEFAULT_SKEW_MARGIN, DEFAULT_WRITER_WAIT, Lease, LeaseManager
 from merkle.refs.names import check_db_name, check_tag_name
-from merkle.refs.writer import WriterSession, WriterTicket, settle_passed_commit
 
 if TYPE_CHECKING:
     from merkle.refs.audit import JournalAudit, JournalDamagedError, audit_journal
+    from merkle.refs.gclock import GCLock, LockState, WritersBusyError
+    from merkle.refs.leases import DEFAULT_SKEW_MARGIN, DEFAULT_WRITER_WAIT, Lease, LeaseManager
     from merkle.refs.tags import Tag, TagManager
+    from merkle.refs.writer import WriterSession, WriterTicket, settle_passed_commit
 
-# Auditing and tags: imported when first used (a read needs neither).
+# Imported when first used: auditing and tags, and leases, the GC lock and the
+# writer session (a process that only reads takes no lease).
 __getattr__ = lazy_attributes(
     __name__,
     {
         "JournalAudit": "merkle.refs.audit",
         "JournalDamagedError": "merkle.refs.audit",
         "audit_journal": "merkle.refs.audit",
+        "GCLock": "merkle.refs.gclock",
+        "LockState": "merkle.refs.gclock",
+        "WritersBusyError": "merkle.refs.gclock",
+        "DEFAULT_SKEW_MARGIN": "merkle.refs.leases",
+        "DEFAULT_WRITER_WAIT": "merkle.refs.leases",
+        "Lease": "merkle.refs.leases",
+        "LeaseManager": "merkle.refs.leases",
         "Tag": "merkle.refs.tags",
         "TagManager": "merkle.refs.tags",
+        "WriterSession": "merkle.refs.writer",
+        "WriterTicket": "merkle.refs.writer",
+        "settle_passed_commit": "merkle.refs.writer",
     },
 )
 

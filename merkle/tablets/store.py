@@ -14,8 +14,7 @@ import itertools
 import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -26,6 +25,9 @@ from merkle.tablets.keyindex import KeyIndex
 from merkle.tablets.nodes import BatchNode, IndexNode, TableRoot, TabletNode
 from merkle.tablets.segment import decode_segment, encode_segment
 from merkle.tablets.segschema import decode_segment_schema, schema_message_size
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 __all__ = ["DEFAULT_WORKERS", "Columns", "TableStore"]
 
@@ -38,8 +40,9 @@ _POOL_PREFIX = "merkle-tablets"
 #: Encode/decode workers: one per core (more only oversubscribes the cores
 #: that hashing and decompression already use), at least 2, at most 8.
 DEFAULT_WORKERS = max(2, min(8, os.cpu_count() or 2))
-#: Up to this many blocks, :meth:`TableStore.map_local` reads a local store inline.
-_INLINE_BLOCKS = 3
+#: A fan-out of at most this many blocks on a local store runs in the calling
+#: thread: a point read's key page and family pages (see :meth:`TableStore.map_local`).
+LOCAL_INLINE_BLOCKS = 3
 N = TypeVar("N")
 
 
@@ -58,6 +61,10 @@ class _Shared:
     def executor(self) -> ThreadPoolExecutor:
         with self.lock:
             if self.pool is None:
+                # Imported with the first pool (it imports logging): a process that never
+                # fans out, such as a command that reads one page, does not pay for it.
+                from concurrent.futures import ThreadPoolExecutor
+
                 self.pool = ThreadPoolExecutor(self.workers, thread_name_prefix=_POOL_PREFIX)
             return self.pool
 
@@ -124,17 +131,23 @@ class TableStore:
         block to a thread (and taking the interpreter lock back for each)
         costs more than the block's own work: each worker takes a run of
         blocks instead. On a remote store each block is a request whose
-        latency only concurrency hides, so each is a task of its own. A point
-        read's few local blocks (a page's key block and family blocks) are read
-        in the calling thread: handing them over, and on a fresh connection
-        starting the pool's threads, cost more than reading them (a cold
-        single-key lookup at 1M rows: 0.9 ms inline against 1.2-3.2 ms handed
-        over, more when the other core is busy).
+        latency only concurrency hides, so each is a task of its own.
+
+        A point read (or a small range) reads a key page and a page per family:
+        up to :data:`LOCAL_INLINE_BLOCKS` such blocks are read and decoded in the
+        calling thread. Handing two pages to the pool took longer than decoding
+        both here (1M-row table, one key: 0.75 against 0.65 ms with the pool
+        running, 1.3-1.7 against 0.9 ms on a new connection, whose pool starts
+        first, 3-3.6 against 0.9 ms while the other core was busy), and a
+        process that reads one record never starts the pool nor imports
+        ``concurrent.futures`` (``merkle get``). Three blocks (a key page and
+        two families) stay inline; from 8 blocks on the pool is faster again.
         """
         workers = self._shared.workers
-        if self.blocks.store.local and len(items) <= _INLINE_BLOCKS:
+        local = self.blocks.store.local
+        if local and len(items) <= LOCAL_INLINE_BLOCKS:
             return [fn(item) for item in items]
-        if not self.blocks.store.local or len(items) <= workers:
+        if not local or len(items) <= workers:
             return self.map(fn, items)
         cuts = [round(i * len(items) / workers) for i in range(workers + 1)]
         runs = [items[a:b] for a, b in itertools.pairwise(cuts)]

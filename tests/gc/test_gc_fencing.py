@@ -108,13 +108,13 @@ def test_a_writer_passed_after_its_put_settles_its_commit(
     with connect(lake) as writer, ahead(connect(lake), STALLS[0]) as collector:
         revert = RevertWriter(writer)
         pause = Pause(writer._writer, "passed", monkeypatch)  # right after the put
-        real_settle = merkle.db.connection.settle_passed_commit
+        real_settle = merkle.refs.writer.settle_passed_commit
 
         def spy(*args: Any, **kwargs: Any) -> None:
             settled.append(args[2])
             real_settle(*args, **kwargs)
 
-        monkeypatch.setattr(merkle.db.connection, "settle_passed_commit", spy)
+        monkeypatch.setattr(merkle.refs.writer, "settle_passed_commit", spy)
         revert.thread.start()
         _wait(pause.reached, "the writer put its journal entry")
         report = merkle.gc(collector, keep_versions=1, grace="0s", writer_wait=0)
