@@ -32,10 +32,12 @@ Run: ``python -m bench scale [--quick]`` (quick: 100,000 and 300,000 rows).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import multiprocessing
 import os
+import queue
 import resource
 import statistics
 import time
@@ -169,11 +171,14 @@ def load_in_child(system: str, root: Path, rows: int) -> tuple[float, int]:
     out = context.Queue()
     child = context.Process(target=_load_child, args=(system, str(root), rows, out))
     child.start()
+    result: tuple[float, int] | None = None
     try:
-        result: tuple[float, int] = out.get(timeout=3600)
+        while result is None and (child.is_alive() or not out.empty()):
+            with contextlib.suppress(queue.Empty):
+                result = out.get(timeout=1.0)  # a child that dies is noticed within a second
     finally:
         child.join(600)
-    if child.exitcode != 0:
+    if result is None or child.exitcode != 0:
         raise RuntimeError(f"loading {system} with {rows} rows failed ({child.exitcode})")
     return result
 

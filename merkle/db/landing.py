@@ -52,7 +52,7 @@ def land(
     held = nullcontext(ticket) if ticket is not None else conn.writer_lease(db)
     with held as using:
         items = write_blocks(using, True)
-        conn.leases.ensure_valid(using.lease)
+        conn.leases.ensure_valid(using.current())  # as last renewed
         entry = put_entry() if items is None else put_entry(items)
         raced = conn._settle(using, entry)
     if raced:  # a collection may have removed blocks it could not see we need

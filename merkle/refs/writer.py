@@ -35,8 +35,8 @@ import contextlib
 import threading
 import time
 import weakref
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 
 from merkle.errors import CommitIndeterminateError
 from merkle.refs.entry import JournalEntry, entry_key
@@ -61,10 +61,21 @@ _SESSIONS: weakref.WeakSet[WriterSession] = weakref.WeakSet()
 
 @dataclass(frozen=True)
 class WriterTicket:
-    """What one commit holds: the writer lease, and the GC lock generation it began under."""
+    """What one commit holds: the writer lease, and the GC lock generation it began under.
+
+    ``lease`` is the lease as granted (its id and start never change);
+    ``renewed``, where a thread keeps the lease renewed, gives it as last
+    renewed, whose expiry is what :meth:`current` reports and a commit
+    checks before it puts its entry.
+    """
 
     lease: Lease
     generation: int
+    renewed: Callable[[], Lease] | None = field(default=None, compare=False, repr=False)
+
+    def current(self) -> Lease:
+        """The lease as last renewed (the granted one where nothing renews it)."""
+        return self.lease if self.renewed is None else self.renewed()
 
 
 class WriterSession:
@@ -113,7 +124,7 @@ class WriterSession:
             self._uses[lease.id] = self._uses.get(lease.id, 0) + 1
             self._ensure_thread()
         try:
-            yield WriterTicket(lease, generation)
+            yield WriterTicket(lease, generation, renewed=lambda: self._newest(lease))
         finally:
             with self._lock:
                 self._uses[lease.id] -= 1
@@ -123,6 +134,14 @@ class WriterSession:
                     retired = self._retired.pop(lease.id, None)
                     if retired is not None:
                         self._release_quietly(retired)
+
+    def _newest(self, lease: Lease) -> Lease:
+        """``lease`` as the renewing thread last renewed it (still handed out or retired)."""
+        with self._lock:
+            for held in (self._lease, self._retired.get(lease.id)):
+                if held is not None and held.id == lease.id and held.expires > lease.expires:
+                    return held
+            return lease
 
     def _retire(self, lease: Lease) -> None:
         """Stop handing ``lease`` out; release it now, or when its last commit ends."""

@@ -28,7 +28,7 @@ from merkle.db.connection import Connection
 from merkle.db.database import Database
 from merkle.errors import ConflictError, UsageError
 from merkle.refs import Lease, WriterTicket
-from merkle.spark.lake import hold_lease, open_lake
+from merkle.spark.lake import hold_lease, open_lake, renewed_lease
 from merkle.spark.options import LakeRef, WriteOptions
 from merkle.spark.types import ENCODING, cbor_fields_of, from_spark
 from merkle.tablets.bulk import (
@@ -308,7 +308,9 @@ def commit_job(
     )
     # The tasks wrote under this lease: the commit lands under it too, and settles with
     # the GC lock generation the lease began under (merkle.refs.writer).
-    ticket = WriterTicket(job.lease, job.lease.gc_generation)
+    ticket = WriterTicket(
+        job.lease, job.lease.gc_generation, renewed=lambda: renewed_lease(job.lease)
+    )
     return db.commit(message=message, author=author, ticket=ticket)
 
 

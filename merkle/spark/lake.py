@@ -23,7 +23,7 @@ from merkle.errors import UsageError
 from merkle.refs import Lease, LeaseExpiredError
 from merkle.spark.options import LakeRef
 
-__all__ = ["hold_lease", "open_lake"]
+__all__ = ["hold_lease", "open_lake", "renewed_lease"]
 
 _lock = threading.Lock()
 _lakes: dict[LakeRef, Connection] = {}
@@ -72,6 +72,11 @@ class _Renewer:
                 )
                 self.thread.start()
 
+    def newest(self, lease: Lease) -> Lease:
+        with self.lock:
+            found = self.held.get(lease.id)
+        return found[1] if found is not None and found[1].expires > lease.expires else lease
+
     def leave(self, lease: Lease) -> None:
         with self.lock:
             lake, current, ttl, count = self.held[lease.id]
@@ -116,6 +121,11 @@ def _renew(lake: LakeRef, lease: Lease, ttl: float) -> Lease:
 
 
 _renewer = _Renewer()
+
+
+def renewed_lease(lease: Lease) -> Lease:
+    """``lease`` as this process last renewed it (within :func:`hold_lease`), else as given."""
+    return _renewer.newest(lease)
 
 
 @contextlib.contextmanager

@@ -11,12 +11,19 @@ the journal now records each incarnation's create entry.
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+from typing import Any
+
 import pytest
 from conftest import Lake
 
 import merkle
+from merkle.db.database import Database
 from merkle.errors import ConflictError
-from merkle.refs import LeaseExpiredError
+from merkle.refs import Lease, LeaseExpiredError, LeaseManager
+from merkle.refs.writer import WriterSession
+from tests.refs.helpers import FakeClock
 
 from .conftest import Connect
 
@@ -126,3 +133,40 @@ def test_concurrent_commits_to_one_incarnation_still_replay(lake: Lake, connect:
     merkle.gc(other, keep_versions=1, grace="0s")
     done = mine.commit()
     assert done.get_records("t", [7, 8]) == {7: {"k": 7, "v": "mine"}, 8: {"k": 8, "v": "theirs"}}
+
+
+def test_a_commit_that_outlasts_its_lease_ttl_lands_under_the_renewed_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found loading 30M rows (bench/scale.py): the commit checked the lease as granted,
+    so one whose blocks took longer than the TTL less the skew margin failed with
+    LeaseExpiredError although the connection's thread had kept renewing it."""
+    clock = FakeClock()
+    conn = merkle.connect(tmp_path)
+    leases = LeaseManager(conn.store, clock=clock)
+    conn.leases = leases
+    conn._writer = WriterSession(leases, ttl=20.0)
+    db = conn.create_db("shop").create_table("t", key="k")
+    renewed = threading.Event()
+    real_renew = LeaseManager.renew
+
+    def renew(self: LeaseManager, lease: Lease, ttl: float) -> Lease:
+        out = real_renew(self, lease, ttl)
+        renewed.set()
+        return out
+
+    real_save = Database._save_root
+
+    def slow_save(self: Database) -> Any:
+        clock.now += 14.0  # past half the TTL and the margin: the thread renews it
+        assert renewed.wait(30), "the writer lease was not renewed"
+        clock.now += 6.0  # the lease as granted is now expired for its holder
+        return real_save(self)
+
+    monkeypatch.setattr(LeaseManager, "renew", renew)
+    monkeypatch.setattr(Database, "_save_root", slow_save)
+    db = db.write("t", [{"k": 1, "v": "one"}]).commit()
+    monkeypatch.undo()
+    assert conn.open_db("shop").get_records("t", [1]) == {1: {"k": 1, "v": "one"}}
+    assert db.version == conn.open_db("shop").version
+    conn.close()
