@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -9,6 +10,15 @@ from typing import Any
 from click.testing import CliRunner, Result
 
 from merkle.cli.main import cli
+
+
+def process_env(lake: str | None = None) -> dict[str, str]:
+    """The environment for a ``merkle`` subprocess: this one without a developer's own
+    ``MERKLE_*`` settings, and ``MERKLE_LAKE`` set to ``lake`` if given."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MERKLE_")}
+    if lake is not None:
+        env["MERKLE_LAKE"] = lake
+    return env
 
 
 @dataclass

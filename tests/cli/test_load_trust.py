@@ -6,7 +6,6 @@ the load did before) and checks what it does now.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 import merkle
 from merkle.cli import sources
 
-from .helpers import Run, assert_one_error_line
+from .helpers import Run, assert_one_error_line, process_env
 
 SCRIPT = Path(sys.executable).with_name("merkle")
 
@@ -171,8 +170,7 @@ def test_a_parquet_file_named_csv_fails_cleanly_100_times(tmp_path: Path) -> Non
     lake = (tmp_path / "lake").as_uri()
     path = tmp_path / "data.csv"
     pq.write_table(pa.table({"id": list(range(5000)), "v": ["x" * 20] * 5000}), path)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MERKLE_")}
-    env["MERKLE_LAKE"] = lake
+    env = process_env(lake)
     command = [str(SCRIPT), "load", "shop", "t", str(path), "--key", "id"]
     subprocess.run([str(SCRIPT), "db", "create", "shop"], env=env, check=True, timeout=120)
     for attempt in range(100):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import assert_one_error_line
+from .helpers import assert_one_error_line, process_env
 
 SCRIPT = Path(sys.executable).with_name("merkle")
 
@@ -18,15 +18,12 @@ SCRIPT = Path(sys.executable).with_name("merkle")
 def merkle(
     *args: str, lake: str | None, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MERKLE_")}
-    if lake is not None:
-        env["MERKLE_LAKE"] = lake
     return subprocess.run(
         [str(SCRIPT), *args],
         input=input,
         capture_output=True,
         text=True,
-        env=env,
+        env=process_env(lake),
         timeout=120,
         check=False,
     )
@@ -76,8 +73,7 @@ def test_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(f'{{"id": {i}}}\n' for i in range(1234)))
     primary, secondary = os.openpty()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MERKLE_")}
-    env["MERKLE_LAKE"] = lake
+    env = process_env(lake)
     try:
         with subprocess.Popen(
             [str(SCRIPT), "load", "shop", "t", str(data), "--key", "id"],

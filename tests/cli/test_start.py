@@ -20,6 +20,8 @@ import pytest
 
 import merkle
 
+from .helpers import process_env
+
 REPO = Path(__file__).resolve().parents[2]
 
 #: Loaded by no command that reads from a file lake.
@@ -83,10 +85,8 @@ except SystemExit as stop:
 
 def _fresh(code: str, *args: str, lake: Path | None = None) -> tuple[set[str], str]:
     """The modules a fresh interpreter running ``code`` ends with, and its stdout."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MERKLE_")}
+    env = process_env(None if lake is None else str(lake))
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
-    if lake is not None:
-        env["MERKLE_LAKE"] = str(lake)
     done = subprocess.run(
         [sys.executable, "-c", code + _REPORT, *args],
         capture_output=True,
