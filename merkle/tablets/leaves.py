@@ -323,14 +323,16 @@ class Leaves:
         cuts = cut_points(n, self.spec.limits.tablet_size)
         bulk = n >= _BULK_ROWS
 
-        def make(piece: SortedRows) -> TabletNode:
-            return self._tablet_node(self._encode_rows(piece), {}, bulk=bulk)
+        def make(span: tuple[int, int]) -> TabletNode:
+            # The slice is made here, not beforehand: a slice of lazily gathered rows keeps
+            # its gathered table, and a list of slices would hold every tablet's rows at
+            # once (the whole table again in a bulk load) until the last was stored.
+            return self._tablet_node(self._encode_rows(rows.slice(*span)), {}, bulk=bulk)
 
         # Each worker gathers, encodes, hashes and hands on whole tablets: the row gather
         # of a bulk load runs on every core, beside the compression of other tablets,
         # while their blocks are written (see StagedBlocks.writing_early).
-        pieces = [rows.slice(a, b) for a, b in itertools.pairwise(cuts)]
-        return self._put_tablets(self.ts.map(make, pieces))
+        return self._put_tablets(self.ts.map(make, list(itertools.pairwise(cuts))))
 
     def _encode_rows(self, rows: SortedRows) -> list[_Page]:
         """Sorted rows cut into even pages of at most ``page_rows``, each encoded."""

@@ -29,15 +29,40 @@ class SortedRows:
     applied only when ``table`` is first read: slicing such rows slices the
     permutation, so a bulk load gathers each tablet's rows in the worker that
     encodes it, on every core, instead of gathering the whole table first.
+    Fixed 8-byte keys may likewise be held as their order words (``words``),
+    made into encoded keys only when ``keys`` is first read: a bulk load makes
+    each tablet's keys in its worker and never holds all of them at once.
     """
 
-    __slots__ = ("_materialized", "_order", "_source", "keys")
+    __slots__ = ("_keys", "_materialized", "_order", "_source", "_words")
 
-    def __init__(self, table: pa.Table, keys: pa.Array, order: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        table: pa.Table,
+        keys: pa.Array | None = None,
+        order: np.ndarray | None = None,
+        *,
+        words: np.ndarray | None = None,
+    ) -> None:
+        assert keys is not None or words is not None, "give the keys or their words"
+        if order is not None and any(column.num_chunks > 1 for column in table.columns):
+            # Arrow's take concatenates a column of several chunks on every call: once per
+            # tablet, a whole column's copy each time. Done once here (the single-chunk
+            # columns are not copied).
+            table = table.combine_chunks()
         self._source = table
         self._order = order
         self._materialized: pa.Table | None = table if order is None else None
-        self.keys = keys  # encoded keys, same length and order as the rows
+        self._keys = keys
+        self._words = words
+
+    @property
+    def keys(self) -> pa.Array:
+        """The encoded keys, same length and order as the rows (made on first use)."""
+        if self._keys is None:
+            assert self._words is not None
+            self._keys = words_binary(self._words)
+        return self._keys
 
     @property
     def table(self) -> pa.Table:
@@ -48,16 +73,16 @@ class SortedRows:
         return self._materialized
 
     def __len__(self) -> int:
-        return len(self.keys)
+        return len(self._keys) if self._keys is not None else len(self._words)  # type: ignore[arg-type]
 
     def slice(self, start: int, stop: int) -> SortedRows:
         length = stop - start
+        keys = None if self._keys is None else self._keys.slice(start, length)
+        words = None if keys is not None or self._words is None else self._words[start:stop]
         if self._materialized is not None:
-            return SortedRows(
-                self._materialized.slice(start, length), self.keys.slice(start, length)
-            )
+            return SortedRows(self._materialized.slice(start, length), keys, words=words)
         assert self._order is not None
-        return SortedRows(self._source, self.keys.slice(start, length), self._order[start:stop])
+        return SortedRows(self._source, keys, self._order[start:stop], words=words)
 
 
 @functools.cache
@@ -100,12 +125,13 @@ def sort_rows(table: pa.Table, key_field: str, codec: KeyCodec) -> SortedRows:
 
 def _sort_words(table: pa.Table, words: np.ndarray) -> SortedRows:
     """:func:`sort_rows` of fixed 8-byte keys given as words: the whole sort and dedupe
-    in numpy, the encoded keys made once, in key order."""
+    in numpy; the rows and their encoded keys are made later, a tablet at a time."""
     if len(words) < 2 or bool(np.all(words[:-1] < words[1:])):
-        return SortedRows(table, words_binary(words))  # in key order: nothing to move
-    order = _dense_order(words)
-    if order is not None:  # unique keys in a narrow range: placed, not compared
-        return SortedRows(table, words_binary(words[order]), order)
+        return SortedRows(table, words=words)  # in key order: nothing to move
+    dense = _dense_order(words)
+    if dense is not None:  # unique keys in a narrow range: placed, not compared
+        order, ordered = dense
+        return SortedRows(table, None, order, words=ordered)
     order = np.argsort(words)  # fast; fine while the keys are unique
     ordered = words[order]
     last_of_run = np.append(ordered[:-1] != ordered[1:], True)
@@ -115,23 +141,35 @@ def _sort_words(table: pa.Table, words: np.ndarray) -> SortedRows:
         ordered = words[order]
         last_of_run = np.append(ordered[:-1] != ordered[1:], True)
         order, ordered = order[last_of_run], ordered[last_of_run]
-    # The rows are gathered lazily (see SortedRows); the keys are cheap to make now.
-    return SortedRows(table, words_binary(ordered), order)
+    return SortedRows(table, None, _narrow(order), words=ordered)
 
 
-def _dense_order(words: np.ndarray) -> np.ndarray | None:
-    """The sorting permutation of unique keys spanning at most twice their number, by
-    placing each at its offset from the smallest (a counting sort: linear, where a
-    comparison sort is n log n); None for sparse or repeated keys."""
+def _narrow(order: np.ndarray) -> np.ndarray:
+    """Row numbers as 32-bit integers where they fit: half the memory a load holds."""
+    return order.astype(np.int32) if len(order) < 2**31 else order
+
+
+def _dense_order(words: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The sorting permutation and the sorted words of unique keys spanning at most
+    twice their number, by placing each at its offset from the smallest (a counting
+    sort: linear, where a comparison sort is n log n; the sorted words are the
+    occupied offsets, never gathered); None for sparse or repeated keys."""
     n = len(words)
     low = words.min()
     span = int(words.max() - low) + 1
     if span > 2 * n:
         return None
-    slots = np.full(span, -1, dtype=np.int64)
-    slots[(words - low).astype(np.int64)] = np.arange(n, dtype=np.int64)
-    order = slots[slots >= 0] if span > n else slots
-    return order if len(order) == n and (span > n or bool((order >= 0).all())) else None
+    index = np.dtype(np.int32 if n < 2**31 else np.int64)
+    slots: np.ndarray = np.full(span, -1, dtype=index)
+    slots[words - low] = np.arange(n, dtype=index)
+    if span == n:
+        if not bool((slots >= 0).all()):
+            return None  # a repeated key left a slot empty
+        return slots, np.arange(n, dtype=np.uint64) + low
+    occupied = np.flatnonzero(slots >= 0)
+    if len(occupied) != n:
+        return None
+    return slots[occupied], occupied.astype(np.uint64) + low
 
 
 def merge_changes(

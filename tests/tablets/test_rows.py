@@ -1,13 +1,17 @@
 """sort_rows against a model: rows in encoded-key order, the last write of a key wins.
 
 Every path is drawn: keys already in order, dense unique keys (placed, not
-compared), sparse unique keys, repeated keys, and codecs sorted as words
-(int, float, timestamp), as 8-byte encodings (``reverse(int)``) or as bytes.
+compared; spanning exactly their number or up to twice it), dense keys with
+repeats, sparse unique keys, repeated keys, and codecs sorted as words (int,
+float, timestamp), as 8-byte encodings (``reverse(int)``) or as bytes; the
+input in one chunk or several; and slices of the sorted rows, which gather
+their rows and make their keys on their own.
 """
 
 from __future__ import annotations
 
 import datetime
+import itertools
 
 import pyarrow as pa
 from hypothesis import given, settings
@@ -32,18 +36,28 @@ _KEYS = {
 @given(
     data=st.data(),
     spec=st.sampled_from(sorted(_KEYS)),
-    shape=st.sampled_from(["any", "sorted", "dense"]),
+    shape=st.sampled_from(["any", "sorted", "dense", "gaps", "dense repeats"]),
+    chunks=st.integers(1, 3),
 )
-def test_sort_rows_matches_a_model(data: st.DataObject, spec: str, shape: str) -> None:
+def test_sort_rows_matches_a_model(data: st.DataObject, spec: str, shape: str, chunks: int) -> None:
     codec = key_codec(spec)
     if shape == "dense" and spec == "int":
         n = data.draw(st.integers(0, 40))
         keys = data.draw(st.permutations(list(range(1000, 1000 + n))))
+    elif shape == "gaps" and spec == "int":
+        n = data.draw(st.integers(0, 40))
+        some = data.draw(st.sets(st.integers(1000, 1000 + 2 * n), min_size=n, max_size=n))
+        keys = data.draw(st.permutations(sorted(some)))
+    elif shape == "dense repeats" and spec == "int":
+        keys = data.draw(st.lists(st.integers(1000, 1010), min_size=2, max_size=40))
     else:
         keys = data.draw(st.lists(_KEYS[spec], max_size=40))
         if shape == "sorted":
             keys = sorted(set(keys), key=lambda k: codec.encode(k))
-    table = pa.table({"id": codec.to_arrow(keys), "row": pa.array(range(len(keys)), pa.int64())})
+    whole = pa.table({"id": codec.to_arrow(keys), "row": pa.array(range(len(keys)), pa.int64())})
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(keys)), max_size=chunks - 1)))
+    bounds = [0, *cuts, len(keys)]
+    table = pa.concat_tables([whole.slice(a, b - a) for a, b in itertools.pairwise(bounds)])
     rows = sort_rows(table, "id", codec)
     last: dict[bytes, int] = {}
     for i, key in enumerate(keys):
@@ -54,3 +68,10 @@ def test_sort_rows_matches_a_model(data: st.DataObject, spec: str, shape: str) -
     assert [codec.encode(k) for k in codec.to_python(rows.table.column("id"))] == [
         key for key, _ in expected
     ]
+    # A slice taken before anything is gathered or encoded holds the same rows.
+    a = data.draw(st.integers(0, len(expected)))
+    b = data.draw(st.integers(a, len(expected)))
+    part = sort_rows(table, "id", codec).slice(a, b)
+    assert len(part) == b - a
+    assert part.table.column("row").to_pylist() == [i for _, i in expected[a:b]]
+    assert part.keys.to_pylist() == [key for key, _ in expected[a:b]]
