@@ -45,6 +45,7 @@ from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
 from merkle.tablets.schema import key_schema_fields
 from merkle.tablets.segment import (
     arrow_to_records,
+    check_rows,
     normalize_arrow,
     records_to_arrow,
 )
@@ -241,6 +242,8 @@ class Table(TableReads):
         takes it from the first key (or the key column's type).
         """
         key_field = self.root.key_field
+        if isinstance(rows, (pa.Table, pa.RecordBatch)):
+            check_rows(rows if isinstance(rows, pa.Table) else pa.Table.from_batches([rows]))
         if self.root.typed:
             return self._conform(rows)
         if isinstance(rows, (pa.Table, pa.RecordBatch)):

@@ -163,6 +163,7 @@ class _Walk:
                 f"holds {page.count} records; pages hold 1 to {limit}",
             )
             key_table = self.ts.segment(page.keys)
+            check(_valid_text(key_table), where, "key block holds strings that are not UTF-8")
             check(
                 key_table.column_names == [spec.key_field] and key_table.num_rows == page.count,
                 where,
@@ -193,6 +194,7 @@ class _Walk:
             name == BASE or name in spec.families, here, f"has a block of unknown family {name!r}"
         )
         table = self.ts.segment(cid)
+        check(_valid_text(table), here, f"family {name!r} holds strings that are not UTF-8")
         check(
             table.num_rows == count,
             here,
@@ -277,6 +279,7 @@ def _validate(ts: TableStore, table: Table) -> None:
                 f"{batch_tier(batch.count)} (they should have been merged)",
             )
         content = load_batch(ts, cid, spec.key_field, spec.codec)
+        walk.check(_valid_text(content.upserts.table), here, "rows hold strings that are not UTF-8")
         up = content.upserts.keys
         if len(up) > 1:
             walk.check(
@@ -342,3 +345,12 @@ def _check_patches(walk: _Walk, here: str, content: BatchContent) -> None:
         here,
         f"patched columns {columns} and bitmaps {sorted(patches.masks)} differ",
     )
+
+
+def _valid_text(table: pa.Table) -> bool:
+    """Whether the strings of a decoded block are UTF-8 (reads check only their bytes)."""
+    try:
+        table.validate(full=True)
+    except pa.ArrowException:
+        return False
+    return True

@@ -52,6 +52,18 @@ def _shop(conn: merkle.Connection) -> merkle.Database:
 
 Case = tuple[Callable[[merkle.Connection], Any], type[MerkleError], list[str]]
 
+
+def _strings(offsets: list[int], data: bytes) -> pa.Array:
+    """A string array made from raw buffers, as a reader of foreign data may hand one over."""
+    buffers = [None, pa.py_buffer(pa.array(offsets, pa.int32()).buffers()[1]), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.string(), len(offsets) - 1, buffers)
+
+
+def _write_arrow(conn: merkle.Connection, column: pa.Array) -> Any:
+    rows = pa.table({"k": pa.array(range(100, 100 + len(column)), pa.int64()), "v": column})
+    return _shop(conn).write("t", rows).commit()
+
+
 BEFORE_FIRST = datetime(2000, 1, 1, 12, 0)
 
 CASES: dict[str, Case] = {
@@ -247,6 +259,17 @@ CASES: dict[str, Case] = {
         lambda c: list(_shop(c).scan("t", from_pk="a")),
         UsageError,
         ["'a'", "int"],
+    ),
+    # Arrow rows that are not valid Arrow data: stored, they would fail every read.
+    "Arrow strings that are not UTF-8": (
+        lambda c: _write_arrow(c, _strings([0, 1, 3], b"a\xff\xfe")),
+        UsageError,
+        ["'v'", "UTF8", "binary"],
+    ),
+    "Arrow string offsets out of order": (
+        lambda c: _write_arrow(c, _strings([0, 3, 1], b"abc")),
+        UsageError,
+        ["'v'", "nothing was written"],
     ),
     # Bad table definitions.
     "unknown key codec": (

@@ -610,3 +610,20 @@ def test_naive_datetimes_inside_cbor_stay_naive() -> None:
     (record,) = round_trip([{KEY: 1, "m": {"at": naive, "n": 1}}])
     assert record["m"]["at"] == naive
     assert record["m"]["at"].tzinfo is None
+
+
+def _raw_strings(offsets: list[int], data: bytes) -> pa.Array:
+    buffers = [None, pa.py_buffer(np.array(offsets, dtype=np.int32).tobytes()), pa.py_buffer(data)]
+    return pa.Array.from_buffers(pa.string(), len(offsets) - 1, buffers)
+
+
+def test_reads_check_string_bytes_for_safety_and_leave_utf8_to_writes() -> None:
+    """A block's offsets are checked on every read (reading past a buffer must not
+    happen, whoever wrote the block); its strings' UTF-8 was checked when written
+    (``Table.prepare_rows``) and by ``validate``, not again on every read."""
+    not_utf8 = pa.table({KEY: [1, 2], "v": _raw_strings([0, 1, 3], b"a\xff\xfe")})
+    table = decode_segment(encode_segment(not_utf8))
+    assert table.column("v").chunk(0).view(pa.binary()).to_pylist() == [b"a", b"\xff\xfe"]
+    disordered = pa.table({KEY: [1, 2], "v": _raw_strings([0, 3, 1], b"abc")})
+    with pytest.raises(IntegrityError, match="not a valid segment"):
+        decode_segment(encode_segment(disordered))

@@ -126,3 +126,31 @@ def test_validate_names_the_broken_place(setup: tuple[MemoryStore, TableStore, T
     broken = Table(ts, replace(table.root, data=bad_cid, count=table.count + 1))
     with pytest.raises(IntegrityError, match=r"data/children\[0\]"):
         validate(ts, broken)
+
+
+@pytest.mark.parametrize("count", [2, 40])  # a pending batch; tablets
+def test_validate_finds_strings_an_old_writer_stored_unchecked(
+    monkeypatch: pytest.MonkeyPatch, count: int
+) -> None:
+    """Rows are checked when written; a lake written before that (or by a faulty
+    writer) may hold strings that are not UTF-8: reads return their bytes, and
+    ``validate`` names the block."""
+    import merkle.tablets.table as table_module
+
+    ts = TableStore(BlockStore(MemoryStore()))
+    offsets = pa.array([0, *range(1, count + 1)], pa.int32()).buffers()[1]
+    bad = pa.Array.from_buffers(
+        pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(b"\xff" * count)]
+    )
+    rows = pa.table({"id": pa.array(range(count), pa.int64()), "v": bad})
+    limits = Limits(tablet_size=4, branching=4, patch=4)
+    with pytest.raises(UsageError, match="UTF8"):
+        Table.new(ts, key_field="id", limits=limits).write(rows, version=1)
+    monkeypatch.setattr(table_module, "check_rows", lambda rows: None)  # an older writer
+    table = Table.new(ts, key_field="id", limits=limits).write(rows, version=1)
+    cold_ts = TableStore(BlockStore(ts.blocks.store))
+    cold = Table.load(cold_ts, table.save())
+    assert cold.to_arrow().num_rows == count
+    assert bool(cold.tablets()) == (count > 4)
+    with pytest.raises(IntegrityError, match="not UTF-8"):
+        validate(cold_ts, cold)
