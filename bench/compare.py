@@ -6,7 +6,7 @@ three stores on the local disk, under one temporary directory, and then:
 
 1. bulk load (a new table from Arrow, committed);
 2. full scan to Arrow, from a fresh handle and from an open one;
-3. 1,000 single-key lookups (merkle-db ``get_records`` with one key; Lance
+3. 1,000 single-key lookups (merkle-db ``get_arrow`` with one key; Lance
    with a BTREE scalar index on the key; Delta with a SQL filter);
 4. one lookup of 1,000 keys;
 5. 1,000 commits of 10 upserted rows (5 updates, 5 inserts) into the loaded
@@ -222,9 +222,11 @@ class MerkleSide:
         assert self.db is not None
         return self.db.to_arrow(TABLE)
 
-    def get(self, keys: list[int]) -> Any:
+    def get(self, keys: list[int]) -> pa.Table:
+        """The rows as an Arrow table, as the peers' lookups return them (``get_records``
+        would add a Python dict per record, which the peers are not asked for)."""
         assert self.db is not None
-        return self.db.get_records(TABLE, keys)
+        return self.db.get_arrow(TABLE, keys)
 
     def upsert(self, rows: pa.Table) -> None:
         assert self.db is not None
@@ -1025,7 +1027,8 @@ lookups run on a handle opened just before, after {warmup} unmeasured lookups
 (merkle-db then holds the decoded tablets it touched, Lance its index pages).
 
 How each store is used: merkle-db `create_db`/`create_table`/`write`/`commit`,
-`to_arrow`, `get_records`, `open_db(version=)`, `create_db(root=db)`; Delta
+`to_arrow`, `get_arrow` (lookups return Arrow, as the peers' do), `open_db(version=)`,
+`create_db(root=db)`; Delta
 `write_deltalake`, `DeltaTable.to_pyarrow_table`, `QueryBuilder` SQL
 `WHERE id = k` / `id IN (...)` (DataFusion; the fastest of the documented
 filters here), `DeltaTable.merge` (update all / insert all),

@@ -378,6 +378,16 @@ class Database(RecordOps):
         key_of = current.key.key_of
         return {key_of(rec): rec for rec in self._records(current, rows, fields)}
 
+    def get_arrow(
+        self, table: str, keys: Iterable[Any], fields: Sequence[str] | None = None
+    ) -> pa.Table:
+        """The records of the keys that exist as one Arrow table, in key order and the
+        schema's types (``to_arrow``'s columns): a batch lookup without a Python object
+        per value."""
+        fields = check_fields(fields)
+        keys = check_keys(keys, table)
+        return self._table(table).get_arrow(keys, fields)
+
     def scan(
         self,
         table: str,

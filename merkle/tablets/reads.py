@@ -71,6 +71,17 @@ class TableReads:
             return self._empty(fields)
         return self.get_encoded(sorted({codec.encode(k) for k in keys}), fields)
 
+    def get_arrow(self, keys: Sequence[Any], fields: Sequence[str] | None = None) -> pa.Table:
+        """The records of the keys that exist, in key order, as the user's table."""
+        codec = self.codec
+        if codec is None or not keys:
+            return self.empty(fields)
+        rows = self.get_encoded(sorted({codec.encode(k) for k in keys}), fields)
+        if self.root.pending and rows.num_rows > 1:  # found in batches, then merged
+            encoded = combine(codec.encode_array(rows.column(self.root.key_field)))
+            rows = rows.take(pc.sort_indices(encoded))
+        return self.present(rows, fields)
+
     def get_encoded(self, wanted: list[bytes], fields: Sequence[str] | None = None) -> pa.Table:
         """:meth:`get` of encoded keys, sorted and unique."""
         codec = self.codec
