@@ -245,6 +245,13 @@ class Leaves:
             for block in self.page_blocks(tablet.pages[p], fields)
         ]
 
+    def candidate_bytes(self, cid: CID, keys: Sequence[bytes]) -> int:
+        """The stored bytes of the pages :meth:`candidate_blocks` names (all families)."""
+        tablet = self.node(cid)
+        if not tablet.pages:
+            return tablet.size
+        return sum(tablet.pages[p].size for p in self._route(tablet, keys))
+
     def take(
         self, cid: CID, keys: Sequence[bytes], fields: Sequence[str] | None
     ) -> pa.Table | None:

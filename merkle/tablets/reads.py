@@ -10,8 +10,8 @@ pages of a few leaves at a time, only those that hold the rows wanted.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +35,7 @@ __all__ = ["TableReads"]
 
 _PREFETCH = 8  # leaves whose blocks a scan fetches at once (at most)
 _DECODED_PER_STORED = 3  # about how much bigger rows are decoded than stored (LZ4)
+T = TypeVar("T")
 
 
 class TableReads:
@@ -107,17 +108,19 @@ class TableReads:
         tree = self._tree()
         groups = tree.locate(self.data_ref(), keys)
         leaves = tree.leaves_io
-        # The candidate pages of every tablet, fetched at once.
         self.ts.prefetch_nodes(list(groups))
-        self.ts.segment_columns(
-            [
-                block
-                for cid, part in groups.items()
-                for block in leaves.candidate_blocks(cid, part, fields)
-            ]
-        )
+        # The candidate pages of many tablets fetched at once, and their rows taken while
+        # the pages are cached: as many as a part of the cache holds. Fetching every
+        # tablet's at once thrashed the cache once they outgrew it (1,000 random keys in
+        # 10M rows: ~450 MB of decoded pages), and most pages were decoded twice.
+        pieces = []
+        for chunk in _budgeted(
+            list(groups.items()), lambda item: leaves.candidate_bytes(*item), self._fetch_budget()
+        ):
+            wanted = [leaves.candidate_blocks(cid, part, fields) for cid, part in chunk]
+            self.ts.segment_columns([block for blocks in wanted for block in blocks])
+            pieces += [leaves.take(cid, part, fields) for cid, part in chunk]
         key_field = self.root.key_field
-        pieces = [leaves.take(cid, part, fields) for cid, part in groups.items()]
         found = [piece for piece in pieces if piece is not None]
         if not found:
             return None
@@ -241,19 +244,16 @@ class TableReads:
         """The plan's leaves in groups fetched at once: at most :data:`_PREFETCH`, and
         no more (decoded) than a part of the cache, so that a group is still cached
         when it is read however small the cache."""
-        budget = max(1, self.ts.cache_bytes // (3 * _DECODED_PER_STORED))
-        chunk: list[LeafSlice] = []
-        used = 0
-        for leaf in plan:
+
+        def size(leaf: LeafSlice) -> int:
             ref = leaf.ref
-            size = 0 if ref is None else ref.size * (leaf.stop - leaf.start) // max(1, ref.count)
-            if chunk and (len(chunk) >= _PREFETCH or used + size > budget):
-                yield chunk
-                chunk, used = [], 0
-            chunk.append(leaf)
-            used += size
-        if chunk:
-            yield chunk
+            return 0 if ref is None else ref.size * (leaf.stop - leaf.start) // max(1, ref.count)
+
+        return _budgeted(plan, size, self._fetch_budget(), most=_PREFETCH)
+
+    def _fetch_budget(self) -> int:
+        """Stored bytes whose decoded blocks a read fetches at once: a third of the cache."""
+        return max(1, self.ts.cache_bytes // (3 * _DECODED_PER_STORED))
 
     def prefetch(self, tablets: Sequence[CID], fields: Sequence[str] | None) -> None:
         """Fetch, verify and decode at once what a read of ``fields`` needs of ``tablets``:
@@ -280,3 +280,21 @@ class TableReads:
     def read_tablet(self, cid: CID, fields: Sequence[str] | None = None) -> pa.Table:
         """The rows stored in one tablet, projected to ``fields``."""
         return self._tree().read_rows(cid, fields).table
+
+
+def _budgeted(
+    items: Sequence[T], size: Callable[[T], int], budget: int, *, most: int | None = None
+) -> Iterator[list[T]]:
+    """``items`` in order, in runs of at most ``most`` whose sizes add up to at most
+    ``budget`` (a run holds at least one item, however big)."""
+    run: list[T] = []
+    used = 0
+    for item in items:
+        cost = size(item)
+        if run and ((most is not None and len(run) >= most) or used + cost > budget):
+            yield run
+            run, used = [], 0
+        run.append(item)
+        used += cost
+    if run:
+        yield run
