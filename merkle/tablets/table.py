@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from merkle.blocks.cid import CID
-from merkle.errors import SchemaError, UsageError
+from merkle.errors import IntegrityError, SchemaError, UsageError
 from merkle.tablets.batch import (
     BatchContent,
     Overlay,
@@ -221,7 +221,13 @@ class Table(TableReads):
             return []
         if not self.root.typed:
             return arrow_to_records(raw, key_field=self.root.key_field, codec=codec, fields=fields)
-        return present_records(raw, self.root.schema, self.key, codec, fields)
+        try:
+            return present_records(raw, self.root.schema, self.key, codec, fields)
+        except UnicodeDecodeError as exc:  # rows are checked when written: an older writer's
+            raise IntegrityError(
+                f"a segment holds strings that are not UTF-8 ({exc}); merkle.tablets.validate "
+                "names the block, and to_arrow still reads its bytes"
+            ) from None
 
     # -- writes --------------------------------------------------------------------
 

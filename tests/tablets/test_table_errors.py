@@ -128,9 +128,10 @@ def test_validate_names_the_broken_place(setup: tuple[MemoryStore, TableStore, T
         validate(ts, broken)
 
 
+@pytest.mark.parametrize("typed", [False, True])
 @pytest.mark.parametrize("count", [2, 40])  # a pending batch; tablets
 def test_validate_finds_strings_an_old_writer_stored_unchecked(
-    monkeypatch: pytest.MonkeyPatch, count: int
+    monkeypatch: pytest.MonkeyPatch, count: int, typed: bool
 ) -> None:
     """Rows are checked when written; a lake written before that (or by a faulty
     writer) may hold strings that are not UTF-8: reads return their bytes, and
@@ -144,13 +145,20 @@ def test_validate_finds_strings_an_old_writer_stored_unchecked(
     )
     rows = pa.table({"id": pa.array(range(count), pa.int64()), "v": bad})
     limits = Limits(tablet_size=4, branching=4, patch=4)
+    schema = rows.schema if typed else None
     with pytest.raises(UsageError, match="UTF8"):
-        Table.new(ts, key_field="id", limits=limits).write(rows, version=1)
+        Table.new(ts, key_field="id", limits=limits, typed=typed, schema=schema).write(
+            rows, version=1
+        )
     monkeypatch.setattr(table_module, "check_rows", lambda rows: None)  # an older writer
-    table = Table.new(ts, key_field="id", limits=limits).write(rows, version=1)
+    table = Table.new(ts, key_field="id", limits=limits, typed=typed, schema=schema).write(
+        rows, version=1
+    )
     cold_ts = TableStore(BlockStore(ts.blocks.store))
     cold = Table.load(cold_ts, table.save())
     assert cold.to_arrow().num_rows == count
     assert bool(cold.tablets()) == (count > 4)
+    with pytest.raises(IntegrityError, match=r"UTF-8|'v'"):  # as records: a clear error
+        cold.records(cold.get([0]))
     with pytest.raises(IntegrityError, match="not UTF-8"):
         validate(cold_ts, cold)
