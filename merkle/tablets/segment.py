@@ -41,7 +41,7 @@ from merkle.tablets.freeform import (
     records_to_arrow,
     values_column,
 )
-from merkle.tablets.segschema import decode_segment_schema, schema_message_size
+from merkle.tablets.segschema import segment_layout
 
 __all__ = [
     "BASE_FAMILY",
@@ -85,6 +85,7 @@ SEGMENT_CODEC = pa.Codec(SEGMENT_COMPRESSION, compression_level=SEGMENT_COMPRESS
 # One thread per block: callers encode and decode many blocks at once on their own
 # workers, and Arrow's pool would only add hand-offs (it halves a page's decode time).
 _WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression=SEGMENT_CODEC, use_threads=False)
+_PLAIN_WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression=None, use_threads=False)
 _READ_OPTIONS = pa.ipc.IpcReadOptions(use_threads=False)
 _IPC_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
@@ -98,8 +99,10 @@ def encode_segment(table: pa.Table, *, compression: Any = SEGMENT_CODEC) -> byte
     One batch (chunks combined) makes the bytes a function of the content, so
     equal segments get equal CIDs. Buffers are compressed with
     :data:`SEGMENT_CODEC` (LZ4 frames); ``compression`` (None, "lz4",
-    "zstd" or a ``pyarrow.Codec``) exists for measurements: keep the default
-    when writing blocks, or equal content stops deduplicating.
+    "zstd" or a ``pyarrow.Codec``) is otherwise only for a rule that depends
+    on the content alone (key blocks of fixed-width keys: None, see
+    ``pages.encode_page``) and for measurements: any other choice would stop
+    equal content from deduplicating.
     """
     if not isinstance(table, pa.Table):
         raise UsageError(f"encode_segment takes a pyarrow Table, got {type(table).__name__}")
@@ -112,11 +115,12 @@ def encode_segment(table: pa.Table, *, compression: Any = SEGMENT_CODEC) -> byte
             [pa.array([], type=field.type) for field in combined.schema], schema=combined.schema
         )
     sink = pa.BufferOutputStream()
-    options = (
-        _WRITE_OPTIONS
-        if compression is SEGMENT_CODEC
-        else pa.ipc.IpcWriteOptions(compression=compression, use_threads=False)
-    )
+    if compression is SEGMENT_CODEC:
+        options = _WRITE_OPTIONS
+    elif compression is None:
+        options = _PLAIN_WRITE_OPTIONS
+    else:
+        options = pa.ipc.IpcWriteOptions(compression=compression, use_threads=False)
     with pa.ipc.new_stream(sink, combined.schema, options=options) as writer:
         writer.write_batch(batch)
     return bytes(sink.getvalue())
@@ -135,26 +139,38 @@ def decode_segment(data: bytes, columns: Collection[str] | None = None) -> pa.Ta
         raise IntegrityError(
             f"block of {len(data)} bytes is not a segment: it does not end like an Arrow IPC stream"
         )
+    layout = segment_layout(data)
     options = _READ_OPTIONS
     none_wanted = False
+    views = layout.strings
     if columns is not None:
-        schema = decode_segment_schema(bytes(data[: schema_message_size(bytes(data[:8]))]))
-        wanted = [i for i, field in enumerate(schema) if field.name in columns]
+        wanted, views = layout.projection(columns)
         # Arrow reads every field for an empty list: read the first, keep only the rows.
-        none_wanted = not wanted and len(schema) > 0
-        if len(wanted) < len(schema):
+        none_wanted = not wanted and len(layout.schema) > 0
+        if len(wanted) < len(layout.schema):
             options = pa.ipc.IpcReadOptions(included_fields=wanted or [0], use_threads=False)
+            if none_wanted:
+                views = {0: layout.strings[0]} if 0 in layout.strings else {}
     try:
         reader = pa.ipc.open_stream(pa.py_buffer(data), options=options)
         batches = list(reader)
+        if len(batches) != 1:
+            raise IntegrityError(
+                f"a segment holds one record batch, this block holds {len(batches)}"
+            )
+        _check_batch(batches[0], views)
         table = pa.Table.from_batches(batches, schema=reader.schema)
-        check_buffers(table)
-        _check_names(table.schema)
     except (pa.ArrowException, OSError, ValueError) as exc:  # UnicodeDecodeError too
         raise IntegrityError(f"block of {len(data)} bytes is not a valid segment: {exc}") from None
-    if len(batches) != 1:
-        raise IntegrityError(f"a segment holds one record batch, this block holds {len(batches)}")
     return table.select([]) if none_wanted else table
+
+
+def _check_batch(batch: pa.RecordBatch, views: Mapping[int, pa.DataType]) -> None:
+    """:func:`check_buffers` of a decoded batch whose string columns (by position) are known."""
+    for i in range(batch.num_columns):
+        column = batch.column(i)
+        view = views.get(i)
+        (column if view is None else column.view(view)).validate(full=True)
 
 
 def check_buffers(table: pa.Table) -> None:
@@ -192,19 +208,6 @@ def check_rows(table: pa.Table) -> None:
                 "nothing was written: repair the data (bytes that are not UTF-8 belong in "
                 "a binary column, not a string one)"
             ) from None
-
-
-def _check_names(schema: pa.Schema) -> None:
-    """Column names are distinct and non-empty; every field name, nested too, is UTF-8."""
-    names = schema.names  # UnicodeDecodeError if one is not UTF-8
-    if len(set(names)) != len(names) or "" in names:
-        raise ValueError(f"column names must be distinct and non-empty, found {names!r:.200}")
-    stack = list(schema)
-    while stack:
-        field = stack.pop()
-        _ = field.name
-        kind = field.type
-        stack.extend(kind.field(i) for i in range(kind.num_fields))
 
 
 # -- families -----------------------------------------------------------------
