@@ -41,8 +41,11 @@ lint: $(VENV)/.test-installed
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# Tests run on every core (at most 4 workers): the suite is mostly waiting on
+# processes, fsyncs and the moto server, and took 26 minutes on one 2-core machine
+# serially, 17 in two workers. The Spark tests share one worker (one JVM).
 test: lint java
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --maxprocesses=4 --dist loadgroup
 
 bench: $(VENV)/.bench-installed
 	$(BIN)/python -m bench

@@ -28,6 +28,14 @@ JAVA_MISSING = (
 )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every Spark test in one xdist group (``make test`` runs ``--dist loadgroup``): one
+    worker starts the one JVM, instead of every worker starting its own."""
+    for item in items:
+        if "tests/spark/" in item.nodeid:
+            item.add_marker(pytest.mark.xdist_group("spark"))
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A local[2] SparkSession with the merkle data source registered."""
