@@ -340,6 +340,14 @@ class Tree:
                 return
             node = self.ts.index(ref.cid)
             seps = node.keys
+            if len(part) * 8 < len(seps):
+                # Few keys (a point read): bisect each key, not each of the children.
+                routed: dict[int, list[bytes]] = {}
+                for key in part:
+                    routed.setdefault(bisect.bisect_right(seps, key), []).append(key)
+                for i, routed_keys in routed.items():
+                    descend(node.children[i], routed_keys)
+                return
             cuts = [0] + [bisect.bisect_left(part, s) for s in seps] + [len(part)]
             for i, child in enumerate(node.children):
                 descend(child, part[cuts[i] : cuts[i + 1]])

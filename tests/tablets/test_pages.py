@@ -329,3 +329,20 @@ def test_damaged_page_layouts_are_integrity_errors(lake: tuple[MemoryStore, Tabl
         with pytest.raises(IntegrityError, match="malformed"):
             TabletNode.from_node({**node, "pages": damaged})
     assert encode_node(TabletNode.from_node(node).to_node()) == encode_node(node)
+
+
+@pytest.mark.parametrize("wanted", [1, 2, 7, 40, 300])
+def test_lookups_through_a_wide_index_node_find_every_key(wanted: int) -> None:
+    """Few keys are routed by a bisect each (Tree.locate), many by cutting the keys at every
+    separator: both give the records of the keys that exist, and nothing else."""
+    ts = TableStore(BlockStore(MemoryStore()))
+    limits = Limits(tablet_size=8, branching=128, patch=4, page_size=4)
+    keys = np.random.default_rng(7).permutation(600) * 2
+    table = Table.new(ts, key_field="id", limits=limits).write(_rows(keys), version=1).flush()
+    root = ts.index(table.data_ref().cid)
+    assert len(root.keys) > 8 * 7  # wide enough that up to 7 keys take the bisect route
+    rng = np.random.default_rng(wanted)
+    for _ in range(5):
+        asked = sorted({int(k) for k in rng.integers(-5, 1_205, wanted)})
+        found = table.get(asked).column("id").to_pylist()
+        assert sorted(found) == [k for k in asked if k % 2 == 0 and 0 <= k < 1_200]

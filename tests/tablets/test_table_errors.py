@@ -162,3 +162,39 @@ def test_validate_finds_strings_an_old_writer_stored_unchecked(
         cold.records(cold.get([0]))
     with pytest.raises(IntegrityError, match="not UTF-8"):
         validate(cold_ts, cold)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("counts", [True], "integer"),
+        ("counts", [-1], ">= 0"),
+        ("sizes", [1.5], "integer"),
+        ("keys", ["text"], "byte strings"),
+        ("last_keys", [None], "byte strings"),
+        ("children", ["bafy"], "CIDs"),
+        ("height", 0, ">= 1"),
+    ],
+)
+def test_a_malformed_index_node_is_an_integrity_error(
+    setup: tuple[MemoryStore, TableStore, Table], field: str, value: Any, message: str
+) -> None:
+    """Each column of an index node is checked whole (IndexNode.from_node), and the node
+    read back equals the one written."""
+    _, ts, table = setup
+    data = table.flush().root.data
+    assert data is not None
+    node = ts.blocks.get_node(data)
+    assert IndexNode.from_node(node, "ok") == ts.index(data)
+    assert IndexNode.from_node(node, "ok").keys == tuple(
+        c.first_key for c in ts.index(data).children[1:]
+    )
+    damaged = dict(node)
+    if isinstance(value, list):
+        column = list(node[field])
+        column[-1 if field == "keys" else 0] = value[0]
+        damaged[field] = column
+    else:
+        damaged[field] = value
+    with pytest.raises(IntegrityError, match=message):
+        IndexNode.from_node(damaged, "damaged")
