@@ -22,17 +22,12 @@ from __future__ import annotations
 
 import builtins
 import functools
-import os
-import re
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 from urllib.parse import SplitResult, unquote
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from merkle.errors import NotFoundError, StorageError, UsageError
@@ -44,11 +39,13 @@ from merkle.storage.base import (
     check_prefix,
     check_range,
 )
+from merkle.storage.s3_client import check_bucket, check_endpoint, check_number, new_client
 from merkle.storage.s3_retry import (
     Failure,
     backoff_delay,
     classify,
     error_code,
+    failure_message,
     http_status,
     is_not_found,
 )
@@ -59,12 +56,6 @@ _T = TypeVar("_T")
 
 #: S3's limit of keys in one DeleteObjects request.
 DELETE_BATCH = 1000
-
-# 3-63 characters of lowercase letters, digits, dots and hyphens, starting and
-# ending with a letter or digit, no "..", not an IPv4 address.
-_BUCKET_RE = re.compile(
-    r"(?!xn--)(?!.*\.\.)(?!\d+\.\d+\.\d+\.\d+$)[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]"
-)
 
 _OPTIONS = (
     "endpoint_url",
@@ -81,10 +72,6 @@ _OPTIONS = (
 
 #: Name prefix of the object check_conditional_writes creates and deletes (never a lake key).
 _PROBE = ".merkle-probe-"
-
-_CREDENTIAL_CODES = frozenset(
-    {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"}
-)
 
 
 class S3Store(ObjectStore):
@@ -118,29 +105,19 @@ class S3Store(ObjectStore):
         connect_timeout: float = 10.0,
         read_timeout: float = 60.0,
     ) -> None:
-        if not isinstance(bucket, str) or not _BUCKET_RE.fullmatch(bucket):
-            raise UsageError(
-                f"invalid S3 bucket name {bucket!r}: use 3-63 lowercase letters, digits, "
-                "dots and hyphens, starting and ending with a letter or digit"
-            )
+        check_bucket(bucket)
         prefix = prefix.strip("/") if isinstance(prefix, str) else prefix
         if prefix:
             try:
                 check_key(prefix)
             except UsageError as exc:
                 raise UsageError(f"invalid prefix in s3://{bucket}/{prefix}: {exc}") from None
-        if endpoint_url is not None and (
-            not isinstance(endpoint_url, str)
-            or not endpoint_url.startswith(("http://", "https://"))
-        ):
-            raise UsageError(
-                f"endpoint_url must be an http:// or https:// URL, got {endpoint_url!r}"
-            )
-        _check_number("bulk_workers", bulk_workers, minimum=1, integral=True)
-        _check_number("max_attempts", max_attempts, minimum=1, integral=True)
-        _check_number("retry_base_delay", retry_base_delay, minimum=0)
-        _check_number("connect_timeout", connect_timeout, minimum=0, exclusive=True)
-        _check_number("read_timeout", read_timeout, minimum=0, exclusive=True)
+        check_endpoint(endpoint_url)
+        check_number("bulk_workers", bulk_workers, minimum=1, integral=True)
+        check_number("max_attempts", max_attempts, minimum=1, integral=True)
+        check_number("retry_base_delay", retry_base_delay, minimum=0)
+        check_number("connect_timeout", connect_timeout, minimum=0, exclusive=True)
+        check_number("read_timeout", read_timeout, minimum=0, exclusive=True)
 
         self.bucket = bucket
         self.prefix = prefix + "/" if prefix else ""
@@ -161,17 +138,13 @@ class S3Store(ObjectStore):
         self._timeouts = {"connect_timeout": connect_timeout, "read_timeout": read_timeout}
         self._bucket_seen = False
 
-        config = Config(
-            # Retries are ours (see the module doc): one attempt per botocore call.
-            retries={"total_max_attempts": 1, "mode": "standard"},
-            max_pool_connections=bulk_workers + 4,
+        self._client: Any = new_client(
+            endpoint_url=endpoint_url,
+            region_name=region_name,
+            credentials=self._credentials,
+            connections=bulk_workers + 4,
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
-            # Custom endpoints (MinIO, moto) rarely resolve bucket subdomains.
-            s3={"addressing_style": "path"} if endpoint_url else None,
-        )
-        self._client: Any = _new_client(
-            endpoint_url=endpoint_url, region_name=region_name, config=config, **self._credentials
         )
 
     @classmethod
@@ -262,22 +235,7 @@ class S3Store(ObjectStore):
     def _failed(
         self, what: str, exc: BaseException, failure: Failure, attempts: int, *, definite: bool
     ) -> StorageError:
-        tries = f" after {attempts} attempts" if attempts > 1 else ""
-        message = f"{self._describe(what)} failed{tries}: {_reason(exc)}"
-        if failure.code in _CREDENTIAL_CODES:
-            message += "; check the credentials (boto3 chain or aws_* options) and bucket policy"
-        elif failure.code == "NotImplemented":
-            message += (
-                "; this S3-compatible store lacks a feature merkle needs (conditional writes "
-                "with If-None-Match: AWS S3 since 2024, MinIO)"
-            )
-        elif type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
-            message += (
-                "; set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, an AWS profile, "
-                "or pass aws_access_key_id= and aws_secret_access_key="
-            )
-        if not definite:
-            message += "; it may or may not have taken effect: read it back to find out"
+        message = failure_message(self._describe(what), exc, failure, attempts, definite=definite)
         return StorageError(message, definite=definite)
 
     def _call(
@@ -587,53 +545,3 @@ class S3Store(ObjectStore):
 def _hidden(key: str) -> bool:
     """Whether a listed key has a segment starting with '.' (no valid key does)."""
     return key.startswith(".") or "/." in key
-
-
-def _reason(exc: BaseException) -> str:
-    """A failure in a few words: the S3 code, status and message, or botocore's text."""
-    if isinstance(exc, ClientError):
-        detail = exc.response.get("Error", {}).get("Message", "")
-        reason = f"{error_code(exc) or 'error'} (HTTP {http_status(exc)})"
-        return f"{reason}: {detail}" if detail else reason
-    return str(exc) or type(exc).__name__
-
-
-_SESSION: boto3.session.Session | None = None
-_SESSION_LOCK = threading.Lock()
-
-
-def _new_client(**options: Any) -> Any:
-    """An S3 client from the process's one boto3 session.
-
-    Sessions are not thread-safe but cache the loaded service models, which
-    makes a client several times cheaper to create than from a fresh session
-    (stores are opened per Spark task); so clients are made under a lock.
-    """
-    global _SESSION
-    with _SESSION_LOCK:
-        if _SESSION is None:
-            _SESSION = boto3.session.Session()
-        return _SESSION.client("s3", **options)
-
-
-def _forget_session() -> None:
-    # A forked child must not inherit a lock held by another thread of its parent.
-    global _SESSION, _SESSION_LOCK
-    _SESSION, _SESSION_LOCK = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_session)
-
-
-def _check_number(
-    name: str, value: object, *, minimum: float, integral: bool = False, exclusive: bool = False
-) -> None:
-    kinds: tuple[type, ...] = (int,) if integral else (int, float)
-    ok = isinstance(value, kinds) and not isinstance(value, bool)
-    if ok:
-        assert isinstance(value, (int, float))
-        ok = value > minimum if exclusive else value >= minimum
-    if not ok:
-        bound = f"> {minimum}" if exclusive else f">= {minimum}"
-        kind = "an integer" if integral else "a number"
-        raise UsageError(f"S3 option {name} must be {kind} {bound}, got {value!r}")

@@ -27,6 +27,7 @@ __all__ = [
     "backoff_delay",
     "classify",
     "error_code",
+    "failure_message",
     "http_status",
     "is_not_found",
 ]
@@ -112,3 +113,41 @@ def classify(exc: BaseException) -> Failure:
 def backoff_delay(attempt: int, base: float, cap: float) -> float:
     """Seconds to wait before retry number ``attempt`` (0-based): full jitter, capped."""
     return random.uniform(0.0, min(cap, base * (2.0**attempt)))
+
+
+#: Codes that mean the credentials or the bucket policy refused the request.
+_CREDENTIAL_CODES = frozenset(
+    {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"}
+)
+
+
+def failure_message(
+    what: str, exc: BaseException, failure: Failure, attempts: int, *, definite: bool
+) -> str:
+    """The one line a failed request reports: what failed, why, and what to do about it."""
+    tries = f" after {attempts} attempts" if attempts > 1 else ""
+    message = f"{what} failed{tries}: {_reason(exc)}"
+    if failure.code in _CREDENTIAL_CODES:
+        message += "; check the credentials (boto3 chain or aws_* options) and bucket policy"
+    elif failure.code == "NotImplemented":
+        message += (
+            "; this S3-compatible store lacks a feature merkle needs (conditional writes "
+            "with If-None-Match: AWS S3 since 2024, MinIO)"
+        )
+    elif type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
+        message += (
+            "; set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, an AWS profile, "
+            "or pass aws_access_key_id= and aws_secret_access_key="
+        )
+    if not definite:
+        message += "; it may or may not have taken effect: read it back to find out"
+    return message
+
+
+def _reason(exc: BaseException) -> str:
+    """A failure in a few words: the S3 code, status and message, or botocore's text."""
+    if isinstance(exc, ClientError):
+        detail = exc.response.get("Error", {}).get("Message", "")
+        reason = f"{error_code(exc) or 'error'} (HTTP {http_status(exc)})"
+        return f"{reason}: {detail}" if detail else reason
+    return str(exc) or type(exc).__name__
