@@ -62,7 +62,7 @@ class SegmentLayout:
     __slots__ = ("_projections", "schema", "strings")
 
     def __init__(self, schema: pa.Schema) -> None:
-        check_names(schema)
+        _check_names(schema)
         self.schema = schema
         #: Top-level string columns (position -> the binary type they are checked as).
         self.strings = _string_views(schema)
@@ -112,7 +112,7 @@ def segment_layout(data: bytes | bytearray | memoryview) -> SegmentLayout:
     return layout
 
 
-def check_names(schema: pa.Schema) -> None:
+def _check_names(schema: pa.Schema) -> None:
     """Column names are distinct and non-empty; every field name, nested too, is UTF-8
     (ValueError, or UnicodeDecodeError, otherwise)."""
     names = schema.names  # UnicodeDecodeError if one is not UTF-8
