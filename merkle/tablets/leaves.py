@@ -33,10 +33,11 @@ from merkle.tablets.pages import (
     cut_pages,
     encode_page,
     join_page,
-    pick_rows,
+    join_picked,
+    pick_page,
 )
 from merkle.tablets.rows import SortedRows, concat_sorted, cut_points, merge_changes
-from merkle.tablets.segment import join_families, project
+from merkle.tablets.segment import concat_segments, join_families, project
 from merkle.tablets.spec import TableSpec
 from merkle.tablets.store import Columns, TableStore
 
@@ -58,6 +59,9 @@ class _NewPage:
 
 
 _Page = PageRef | _NewPage
+#: Rows a lookup picked from one page: its family names, then the rows of its key
+#: block and of each family's block (:func:`~merkle.tablets.pages.pick_page`).
+_Picked = tuple[list[str], list[pa.Table]]
 #: A block a read needs and the columns it decodes of it (None: all): what
 #: ``TableStore.segment_columns`` takes, so a read can fetch ahead exactly what it uses.
 Block = tuple[CID, Columns]
@@ -232,21 +236,8 @@ class Leaves:
                     out[i] = offsets[p] + row
         return out
 
-    def candidate_blocks(
-        self, cid: CID, keys: Sequence[bytes], fields: Sequence[str] | None
-    ) -> list[Block]:
-        """The blocks :meth:`take` of these keys reads (to fetch several tablets' at once)."""
-        tablet = self.node(cid)
-        if not tablet.pages:
-            return [self._key_column(tablet), *self.blocks(cid, fields)]
-        return [
-            block
-            for p in self._route(tablet, keys)
-            for block in self.page_blocks(tablet.pages[p], fields)
-        ]
-
     def candidate_bytes(self, cid: CID, keys: Sequence[bytes]) -> int:
-        """The stored bytes of the pages :meth:`candidate_blocks` names (all families)."""
+        """The stored bytes of the pages :meth:`take` of these keys reads (all families)."""
         tablet = self.node(cid)
         if not tablet.pages:
             return tablet.size
@@ -255,28 +246,77 @@ class Leaves:
     def take(
         self, cid: CID, keys: Sequence[bytes], fields: Sequence[str] | None
     ) -> pa.Table | None:
-        """The rows of the sorted keys the tablet holds (key order), or None if it holds none.
+        """The rows of the sorted keys the tablet holds (key order), or None if it holds none."""
+        return self.take_many([(cid, keys)], fields)
+
+    def take_many(
+        self,
+        groups: Sequence[tuple[CID, Sequence[bytes]]],
+        fields: Sequence[str] | None,
+        *,
+        keep: bool = True,
+    ) -> pa.Table | None:
+        """The rows of sorted keys in several tablets (in the order of ``groups`` and
+        of the keys), or None when none is held.
 
         A key's page is known from the tablet node, so its key block and its
-        family blocks are fetched together: a hit costs no second round trip.
+        family blocks are fetched together (a hit costs no second round trip),
+        and each page is one task on the workers: fetched, verified, decoded,
+        searched and picked there, so only the rows wanted outlive the task,
+        and the picks are joined once. Fetching every page first and taking
+        rows page by page on the calling thread made a 1,000-key lookup in 10M
+        rows 15-20% slower. ``keep``: whether the decoded blocks and key
+        indexes go to the caches.
         """
-        tablet = self.node(cid)
-        if not tablet.pages:
-            positions = [p for p in self.keys(cid).find(keys) if p >= 0]
-            if not positions:
-                return None
-            return self.table(cid, fields).take(pa.array(positions, type=pa.int64()))
-        groups = self._route(tablet, keys)
-        self.ts.segment_columns(
-            [block for p in groups for block in self.page_blocks(tablet.pages[p], fields)]
+        tasks: list[tuple[PageRef | CID, Sequence[bytes]]] = []
+        for cid, keys in groups:
+            tablet = self.node(cid)
+            if not tablet.pages:
+                tasks.append((cid, keys))
+                continue
+            for p, positions in sorted(self._route(tablet, keys).items()):
+                tasks.append((tablet.pages[p], [keys[i] for i in positions]))
+
+        def run(task: tuple[PageRef | CID, Sequence[bytes]]) -> _Picked | pa.Table | None:
+            unit, keys = task
+            if isinstance(unit, CID):
+                return self._take_whole(unit, keys, fields)
+            return self._take_page(unit, keys, fields, keep)
+
+        found = [part for part in self.ts.map_local(run, tasks) if part is not None]
+        if not found:
+            return None
+        key_field = self.spec.key_field
+        if all(isinstance(part, tuple) for part in found):
+            table = join_picked(found)
+        else:  # version 1 tablets among them (read whole, taken as tables)
+            tables = [part if isinstance(part, pa.Table) else join_picked([part]) for part in found]
+            table = concat_segments(tables, key_field=key_field) if len(tables) > 1 else tables[0]
+        return table if fields is None else project(table, fields, key_field=key_field)
+
+    def _take_page(
+        self, page: PageRef, keys: Sequence[bytes], fields: Sequence[str] | None, keep: bool
+    ) -> _Picked | None:
+        """The rows of sorted keys in one page, picked from each of its blocks, or None."""
+        tables = self.ts.segment_columns(self.page_blocks(page, fields), keep=keep)
+        codec = self.spec.codec
+        index = self.ts.key_index(
+            page.keys, lambda: _index_of(codec, tables[0].column(0)), part="page", keep=keep
         )
-        parts = []
-        for p in sorted(groups):
-            page = tablet.pages[p]
-            rows = [r for r in self.page_keys(page).find([keys[i] for i in groups[p]]) if r >= 0]
-            if rows:
-                parts.append(pick_rows(self.page_table(page, fields), rows))
-        return concat_pages(parts, self.spec.key_field) if parts else None
+        rows = [row for row in index.find(keys) if row >= 0]
+        if not rows:
+            return None
+        names = [name for name, _ in self._page_families(page, fields)]
+        return pick_page(tables[0], dict(zip(names, tables[1:], strict=True)), page.count, rows)
+
+    def _take_whole(
+        self, cid: CID, keys: Sequence[bytes], fields: Sequence[str] | None
+    ) -> pa.Table | None:
+        """:meth:`take` of a version 1 tablet (read whole)."""
+        positions = [p for p in self.keys(cid).find(keys) if p >= 0]
+        if not positions:
+            return None
+        return self.table(cid, fields).take(pa.array(positions, type=pa.int64()))
 
     def rank(self, cid: CID, key: bytes, *, inclusive: bool) -> int:
         """How many of the tablet's rows have keys ``< key`` (``<=`` with ``inclusive``)."""

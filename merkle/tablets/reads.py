@@ -2,7 +2,9 @@
 
 The read half of :class:`merkle.tablets.table.Table` (mixed into it): point
 reads route keys through the pending batches and then to the pages that may
-hold them, fetching every candidate page of every tablet at once; scans are
+hold them, each page read, searched and picked in one task on the workers
+(its decoded blocks cached only when the read is small beside the cache);
+scans are
 planned by rank (each subtree's count plus the overlay's delta over its key
 range), so bounds, offsets and limits skip whole subtrees, and fetch the
 pages of a few leaves at a time, only those that hold the rows wanted.
@@ -106,25 +108,19 @@ class TableReads:
         """The merged area's rows of sorted encoded ``keys`` (those it holds), in key
         order, or None when it holds none."""
         tree = self._tree()
-        groups = tree.locate(self.data_ref(), keys)
+        groups = list(tree.locate(self.data_ref(), keys).items())
         leaves = tree.leaves_io
-        self.ts.prefetch_nodes(list(groups))
-        # The candidate pages of many tablets fetched at once, and their rows taken while
-        # the pages are cached: as many as a part of the cache holds. Fetching every
-        # tablet's at once thrashed the cache once they outgrew it (1,000 random keys in
-        # 10M rows: ~450 MB of decoded pages), and most pages were decoded twice.
-        pieces = []
-        for chunk in _budgeted(
-            list(groups.items()), lambda item: leaves.candidate_bytes(*item), self._fetch_budget()
-        ):
-            wanted = [leaves.candidate_blocks(cid, part, fields) for cid, part in chunk]
-            self.ts.segment_columns([block for blocks in wanted for block in blocks])
-            pieces += [leaves.take(cid, part, fields) for cid, part in chunk]
-        key_field = self.root.key_field
-        found = [piece for piece in pieces if piece is not None]
-        if not found:
+        self.ts.prefetch_nodes([cid for cid, _ in groups])
+        # Each candidate page is read, searched and picked in one task; its decoded
+        # blocks are cached only if the read is small beside the cache: 1,000 random
+        # keys in 10M rows decode ~750 MB of pages, which a 256 MB cache could only
+        # churn through (and keeping them cost the read 10%).
+        stored = sum(leaves.candidate_bytes(cid, part) for cid, part in groups)
+        keep = stored * _DECODED_PER_STORED <= self.ts.cache_bytes // 2
+        table = leaves.take_many(groups, fields, keep=keep)
+        if table is None:
             return None
-        table = found[0] if len(found) == 1 else concat_segments(found, key_field=key_field)
+        key_field = self.root.key_field
         codec = self.codec
         assert codec is not None
         return SortedRows(table, combine(codec.encode_array(table.column(key_field))))

@@ -132,6 +132,76 @@ def test_a_lookup_of_many_keys_reads_each_page_once_when_they_outgrow_the_cache(
     assert len(data) == len(set(data)) == len(key_blocks | family_blocks)
 
 
+def _decoded_blocks(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one for every block the table store decodes."""
+    decoded: list[int] = []
+    real = store_module.decode_segment
+
+    def counting(data: bytes, columns: Any = None) -> pa.Table:
+        decoded.append(1)
+        return real(data, columns)
+
+    monkeypatch.setattr(store_module, "decode_segment", counting)
+    return decoded
+
+
+def test_a_lookup_bigger_than_the_cache_does_not_fill_it(
+    lake: tuple[MemoryStore, Table], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read whose pages would take more than half the decoded cache leaves the
+    cache to other reads (it could only churn through it); a smaller read
+    keeps its pages, so reading the same keys again decodes nothing."""
+    store, table = lake
+    wanted = list(range(0, 2 * ROWS, 50))  # one or two keys in every page
+    decoded = _decoded_blocks(monkeypatch)
+    biggest = max(ref.size for ref in table.tablets())
+    small = TableStore(BlockStore(store), cache_bytes=3 * biggest)
+    cold = Table.load(small, table.save())
+    assert sorted(cold.get(wanted).column("id").to_pylist()) == wanted
+    first = len(decoded)
+    assert first
+    assert small._segments.nbytes == 0
+    cold.get(wanted)
+    assert len(decoded) == 2 * first  # nothing kept: decoded again
+    roomy = Table.load(TableStore(BlockStore(store)), table.save())
+    decoded.clear()
+    assert sorted(roomy.get(wanted).column("id").to_pylist()) == wanted
+    assert len(decoded) == first
+    assert sorted(roomy.get(wanted, fields=["name"]).column("name").to_pylist()) == sorted(
+        f"n{k}" for k in wanted
+    )
+    assert len(decoded) == first  # kept: the second read (a projection of it) decodes none
+
+
+def test_a_lookup_refuses_a_page_whose_blocks_disagree_on_its_rows(
+    lake: tuple[MemoryStore, Table],
+) -> None:
+    """A family block of another page (with another row count) linked into a page is
+    an IntegrityError naming the family, never rows of one page joined to the
+    keys of another."""
+    _, table = lake
+    ts = table.ts
+    ref = table.tablets()[0]
+    node = ts.blocks.get_node(ref.cid)
+    counts = node["pages"]["counts"]
+    other = next(i for i, c in enumerate(counts) if c != counts[0])
+    big = list(node["pages"]["families"]["big"])
+    big[0] = big[other]
+    damaged = {
+        **node,
+        "pages": {**node["pages"], "families": {**node["pages"]["families"], "big": big}},
+    }
+    cid = ts.put_node(damaged)
+    first_key = ts.tablet(ref.cid).pages[0].first_key
+    row = ts.segment(ts.tablet(ref.cid).pages[0].keys).column(0)[0].as_py()
+    assert first_key == table.codec.encode(row)
+    tree = Tree(ts, table.spec)
+    with pytest.raises(IntegrityError, match="family 'big' of a page holds"):
+        tree.leaves_io.take(cid, [first_key], None)
+    with pytest.raises(IntegrityError, match="family 'big' of a page holds"):
+        tree.leaves_io.take_many([(cid, [first_key])], None, keep=False)
+
+
 def test_a_projection_reads_its_families_and_decodes_only_its_columns(
     lake: tuple[MemoryStore, Table], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -302,6 +372,13 @@ def test_version_1_tablets_read_and_turn_into_pages_when_written() -> None:
     paged = [ts.tablet(ref.cid).paged for ref in changed.tablets()]
     assert paged == [True, False, False]  # only the tablet the write touched was rewritten
     assert changed.get([11, 12]).column("name").to_pylist() == ["n11", "n12"]
+    # One lookup across the paged tablet and both version 1 tablets.
+    found = changed.get_arrow([11, 2_500, 2_502, 5_998, 6_000], fields=["blob"])
+    assert found.column("id").to_pylist() == [11, 2_500, 2_502, 5_998]
+    assert found.column("blob").to_pylist() == [
+        "111111",
+        *(f"{k}" * 3 for k in (2_500, 2_502, 5_998)),
+    ]
 
 
 def test_a_reader_of_version_1_refuses_a_paged_tablet_asking_for_an_upgrade(
