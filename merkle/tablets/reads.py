@@ -4,10 +4,10 @@ The read half of :class:`merkle.tablets.table.Table` (mixed into it): point
 reads route keys through the pending batches and then to the pages that may
 hold them, each page read, searched and picked in one task on the workers
 (its decoded blocks cached only when the read is small beside the cache);
-scans are
-planned by rank (each subtree's count plus the overlay's delta over its key
-range), so bounds, offsets and limits skip whole subtrees, and fetch the
-pages of a few leaves at a time, only those that hold the rows wanted.
+scans are planned by rank (each subtree's count plus the overlay's delta
+over its key range), so bounds, offsets and limits skip whole subtrees, and
+fetch the pages of a few leaves at a time, only those that hold the rows
+wanted.
 """
 
 from __future__ import annotations

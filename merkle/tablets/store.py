@@ -116,11 +116,7 @@ class TableStore:
         Calls made from a pool thread run inline: nested fan-out onto a bounded
         pool would deadlock once every worker waits for its own children.
         """
-        if (
-            len(items) <= 1
-            or self._shared.workers <= 1
-            or threading.current_thread().name.startswith(_POOL_PREFIX)
-        ):
+        if len(items) <= 1 or self._shared.workers <= 1 or _on_pool_thread():
             return [fn(item) for item in items]
         return list(self._shared.executor().map(fn, items))
 
@@ -233,12 +229,8 @@ class TableStore:
             else:
                 found[key] = part
         if missing:
-            # Each worker reads, verifies and decodes one segment: decoding starts as
-            # soon as that block's bytes arrive, not after every block is read.
             unique = list(dict.fromkeys(missing))
-            decoded = self.map_local(
-                lambda item: decode_segment(self.blocks.get(item[0]), item[1]), unique
-            )
+            decoded = self._fetch_decoded(unique)
             for (cid, names), table in zip(unique, decoded, strict=True):
                 if keep:
                     cache_key: Hashable = (
@@ -247,6 +239,18 @@ class TableStore:
                     self._segments.put(cache_key, table, table.nbytes)
                 found[(cid.bytes, names)] = table
         return [found[(cid.bytes, names)] for cid, names in items]
+
+    def _fetch_decoded(self, items: Sequence[tuple[CID, Columns]]) -> list[pa.Table]:
+        """Read, verify and decode segments (each to its columns), concurrently."""
+        if len(items) > 1 and not self.blocks.store.local and _on_pool_thread():
+            # A task on the pool (one page of a lookup) cannot fan out on the pool
+            # again, and a remote block is a request whose latency only concurrency
+            # hides: the store's own I/O threads fetch the task's blocks at once.
+            data = self.blocks.get_many([cid for cid, _ in items])
+            return [decode_segment(data[cid], names) for cid, names in items]
+        # Each worker reads, verifies and decodes one segment: decoding starts as soon
+        # as that block's bytes arrive, not after every block is read.
+        return self.map_local(lambda item: decode_segment(self.blocks.get(item[0]), item[1]), items)
 
     def segment_schemas(self, cids: Sequence[CID]) -> list[pa.Schema]:
         """The schemas of segments, read from the first bytes of each block (cached).
@@ -330,6 +334,11 @@ class TableStore:
     def close(self) -> None:
         """Stop the worker threads (shared with every view of this store)."""
         self._shared.close()
+
+
+def _on_pool_thread() -> bool:
+    """Whether this thread is one of the workers (whose fan-out runs inline)."""
+    return threading.current_thread().name.startswith(_POOL_PREFIX)
 
 
 def _reopen(blocks: BlockStore, cache_bytes: int, workers: int) -> TableStore:

@@ -18,6 +18,7 @@ from merkle.blocks import BlockStore
 from merkle.blocks.codec import check_node, encode_node
 from merkle.errors import IntegrityError
 from merkle.gc.mark import Marker
+from merkle.storage import ObjectStore
 from merkle.storage.memory import MemoryStore
 from merkle.tablets import Limits, Table, TableStore, validate
 from merkle.tablets import store as store_module
@@ -200,6 +201,53 @@ def test_a_lookup_refuses_a_page_whose_blocks_disagree_on_its_rows(
         tree.leaves_io.take(cid, [first_key], None)
     with pytest.raises(IntegrityError, match="family 'big' of a page holds"):
         tree.leaves_io.take_many([(cid, [first_key])], None, keep=False)
+
+
+class _PagePairs(SpyStore):
+    """A remote store (not ``local``) whose reads of one page's key block and family
+    block wait for each other: a page read that fetched them one after the other
+    breaks the barrier instead of returning."""
+
+    bulk_workers = 4
+
+    def __init__(self, inner: MemoryStore, pairs: dict[str, threading.Barrier]) -> None:
+        super().__init__(inner)
+        self.pairs = pairs
+
+    def get(self, key: str) -> bytes:
+        barrier = self.pairs.get(key)
+        if barrier is not None:
+            barrier.wait(timeout=30)
+        return super().get(key)
+
+
+def test_a_lookup_on_a_remote_store_fetches_each_pages_blocks_together() -> None:
+    """Each page of a multi-key lookup is a task on the workers; on a remote store its
+    key block and family block are two requests, sent at once (on the store's I/O
+    threads: a worker cannot fan out on the workers again), not one after the
+    other: that would double the latency of a lookup of a few pages."""
+    store = MemoryStore()
+    ts = TableStore(BlockStore(store))
+    keys = np.random.default_rng(6).permutation(ROWS) * 2
+    table = Table.new(ts, key_field="id", limits=LIMITS).write(_rows(keys), version=1).flush()
+    pages = [page for ref in table.tablets() for page in ts.tablet(ref.cid).pages]
+    first, last = pages[0], pages[-1]
+    wanted = [
+        ts.segment(page.keys).column(0)[0].as_py() for page in (first, last)
+    ]  # one key in each of two pages
+    pairs: dict[str, threading.Barrier] = {}
+    for page in (first, last):
+        (family,) = [cid for cid in page.families.values() if cid is not None]
+        barrier = threading.Barrier(2)
+        pairs[BlockStore.key(page.keys)] = pairs[BlockStore.key(family)] = barrier
+    remote = _PagePairs(store, pairs)
+    try:
+        cold = Table.load(TableStore(BlockStore(remote), workers=2), table.save())
+        found = cold.get_arrow(wanted, fields=["name"])
+    finally:
+        ObjectStore.close(remote)  # its I/O threads
+    assert found.column("name").to_pylist() == [f"n{k}" for k in wanted]
+    assert not any(barrier.broken for barrier in pairs.values())
 
 
 def test_a_projection_reads_its_families_and_decodes_only_its_columns(
