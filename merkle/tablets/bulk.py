@@ -176,17 +176,19 @@ def read_slices(
     overlay = table.overlay()
     for i in range(0, len(slices), _PREFETCH):
         chunk = slices[i : i + _PREFETCH]
-        table.prefetch([CID.parse(p.tablet.cid) for p in chunk if p.tablet is not None], fields)
-        for piece in chunk:
-            ref = piece.tablet.ref() if piece.tablet is not None else None
-            rows = tree.materialize(
-                LeafSlice(ref, piece.lo, piece.hi, 0, _ALL_ROWS), overlay, fields
-            )
-            if not keys.covers(piece.lo, piece.hi) and rows.num_rows:
-                chosen = keys.select(spec.codec.encode_array(rows.column(spec.key_field)))
-                if chosen is not None:
-                    rows = rows.take(chosen)
-            yield table.present(rows, fields)
+        with table.prefetch(
+            [CID.parse(p.tablet.cid) for p in chunk if p.tablet is not None], fields
+        ):
+            for piece in chunk:
+                ref = piece.tablet.ref() if piece.tablet is not None else None
+                rows = tree.materialize(
+                    LeafSlice(ref, piece.lo, piece.hi, 0, _ALL_ROWS), overlay, fields
+                )
+                if not keys.covers(piece.lo, piece.hi) and rows.num_rows:
+                    chosen = keys.select(spec.codec.encode_array(rows.column(spec.key_field)))
+                    if chosen is not None:
+                        rows = rows.take(chosen)
+                yield table.present(rows, fields)
 
 
 def arrow_schema(table: Table) -> pa.Schema:

@@ -115,8 +115,8 @@ class Leaves:
             if not tablet.pages:  # the key column of the base segment, decoded alone
                 (base,) = self.ts.segment_columns([self._key_column(tablet)])
                 return _index_of(codec, base.column(key_field))
-            self.ts.segments([page.keys for page in tablet.pages])  # fetched concurrently
-            return KeyIndex.joined([self.page_keys(page) for page in tablet.pages])
+            with self.ts.holding([(page.keys, None) for page in tablet.pages]):  # at once
+                return KeyIndex.joined([self.page_keys(page) for page in tablet.pages])
 
         return self.ts.key_index(cid, build)
 
@@ -172,10 +172,9 @@ class Leaves:
 
     def pages_table(self, pages: Sequence[PageRef], fields: Sequence[str] | None) -> pa.Table:
         """The rows of consecutive pages, their blocks fetched concurrently."""
-        self.ts.segment_columns(
-            [block for page in pages for block in self.page_blocks(page, fields)]
-        )
-        return concat_pages([self.page_table(page, fields) for page in pages], self.spec.key_field)
+        with self.ts.holding([block for page in pages for block in self.page_blocks(page, fields)]):
+            tables = [self.page_table(page, fields) for page in pages]
+        return concat_pages(tables, self.spec.key_field)
 
     def table(self, cid: CID, fields: Sequence[str] | None = None) -> pa.Table:
         """A tablet's rows (all fields, or the key plus ``fields``), in key order.
@@ -226,14 +225,14 @@ class Leaves:
         if not tablet.pages:
             return self.keys(cid).find(keys)
         groups = self._route(tablet, keys)
-        self.ts.segments([tablet.pages[p].keys for p in groups])
         offsets = list(itertools.accumulate((page.count for page in tablet.pages), initial=0))
         out = [-1] * len(keys)
-        for p, positions in groups.items():
-            found = self.page_keys(tablet.pages[p]).find([keys[i] for i in positions])
-            for i, row in zip(positions, found, strict=True):
-                if row >= 0:
-                    out[i] = offsets[p] + row
+        with self.ts.holding([(tablet.pages[p].keys, None) for p in groups]):
+            for p, positions in groups.items():
+                found = self.page_keys(tablet.pages[p]).find([keys[i] for i in positions])
+                for i, row in zip(positions, found, strict=True):
+                    if row >= 0:
+                        out[i] = offsets[p] + row
         return out
 
     def candidate_bytes(self, cid: CID, keys: Sequence[bytes]) -> int:
@@ -405,17 +404,17 @@ class Leaves:
         touched = [
             i for i in range(len(pages)) if up_at[i + 1] > up_at[i] or del_at[i + 1] > del_at[i]
         ]
-        self.ts.segments([block for i in touched for block in pages[i].blocks()])
         items: list[PageRef | SortedRows] = list(pages)
-        for i in touched:
-            page = pages[i]
-            stored = SortedRows(self.page_table(page), self.page_keys(page).keys)
-            items[i] = merge_changes(
-                stored,
-                upserts.slice(up_at[i], up_at[i + 1]),
-                deletes.slice(del_at[i], del_at[i + 1] - del_at[i]),
-                key_field,
-            )
+        with self.ts.holding([(block, None) for i in touched for block in pages[i].blocks()]):
+            for i in touched:
+                page = pages[i]
+                stored = SortedRows(self.page_table(page), self.page_keys(page).keys)
+                items[i] = merge_changes(
+                    stored,
+                    upserts.slice(up_at[i], up_at[i + 1]),
+                    deletes.slice(del_at[i], del_at[i + 1] - del_at[i]),
+                    key_field,
+                )
         return self._assemble(items, {pages[-1].keys: tablet.last_key})
 
     def merge(self, refs: Sequence[ChildRef]) -> list[ChildRef]:

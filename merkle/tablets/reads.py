@@ -13,6 +13,7 @@ wanted.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -229,12 +230,12 @@ class TableReads:
                     blocks += leaves.blocks(leaf.ref.cid, fields)
                 else:
                     blocks += leaves.slice_blocks(leaf.ref.cid, leaf.start, leaf.stop, fields)
-            self.ts.segment_columns(blocks)
-            for leaf in chunk:
-                rows = tree.materialize(leaf, overlay, fields)
-                if reverse:
-                    rows = rows.take(pa.array(np.arange(rows.num_rows - 1, -1, -1)))
-                yield rows
+            with self.ts.holding(blocks):
+                for leaf in chunk:
+                    rows = tree.materialize(leaf, overlay, fields)
+                    if reverse:
+                        rows = rows.take(pa.array(np.arange(rows.num_rows - 1, -1, -1)))
+                    yield rows
 
     def _chunks(self, plan: Sequence[LeafSlice]) -> Iterator[list[LeafSlice]]:
         """The plan's leaves in groups fetched at once: at most :data:`_PREFETCH`, and
@@ -251,12 +252,16 @@ class TableReads:
         """Stored bytes whose decoded blocks a read fetches at once: a third of the cache."""
         return max(1, self.ts.cache_bytes // (3 * _DECODED_PER_STORED))
 
-    def prefetch(self, tablets: Sequence[CID], fields: Sequence[str] | None) -> None:
-        """Fetch, verify and decode at once what a read of ``fields`` needs of ``tablets``:
-        only the families that hold those fields, and of them only those columns."""
+    def prefetch(
+        self, tablets: Sequence[CID], fields: Sequence[str] | None
+    ) -> AbstractContextManager[list[pa.Table]]:
+        """Fetch, verify and decode at once what a read of ``fields`` needs of ``tablets``
+        (only the families that hold those fields, and of them only those columns),
+        held at hand until the ``with`` block that reads them exits
+        (``TableStore.holding``)."""
         leaves = self._tree().leaves_io
         self.ts.prefetch_nodes(list(tablets))
-        self.ts.segment_columns([block for cid in tablets for block in leaves.blocks(cid, fields)])
+        return self.ts.holding([block for cid in tablets for block in leaves.blocks(cid, fields)])
 
     def to_arrow(
         self, *, fields: Sequence[str] | None = None, from_pk: Any = None, to_pk: Any = None

@@ -10,10 +10,11 @@ the compressors release the GIL).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
@@ -57,6 +58,9 @@ class _Shared:
         self.workers = workers
         self.pool: ThreadPoolExecutor | None = None
         self.lock = threading.Lock()
+        #: Decoded blocks a read holds at hand (see ``TableStore.holding``), with how
+        #: many reads hold each.
+        self.held: dict[tuple[bytes, Columns], tuple[pa.Table, int]] = {}
 
     def executor(self) -> ThreadPoolExecutor:
         with self.lock:
@@ -91,6 +95,7 @@ class TableStore:
         self._nodes = self._shared.nodes
         self._segments = self._shared.segments
         self._key_indexes = self._shared.key_indexes
+        self._held = self._shared.held
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_reopen, (self.blocks, self._shared.cache_bytes, self._shared.workers))
@@ -211,9 +216,14 @@ class TableStore:
         """
         found: dict[tuple[bytes, Columns], pa.Table] = {}
         missing: list[tuple[CID, Columns]] = []
+        held = self._held
         for cid, names in items:
             key = (cid.bytes, names)
             if key in found:
+                continue
+            at_hand = held.get(key) if held else None
+            if at_hand is not None:
+                found[key] = at_hand[0]
                 continue
             whole = self._segments.get(cid.bytes)
             if whole is not None:
@@ -239,6 +249,33 @@ class TableStore:
                     self._segments.put(cache_key, table, table.nbytes)
                 found[(cid.bytes, names)] = table
         return [found[(cid.bytes, names)] for cid, names in items]
+
+    @contextlib.contextmanager
+    def holding(self, items: Sequence[tuple[CID, Columns]]) -> Iterator[list[pa.Table]]:
+        """:meth:`segment_columns` of ``items``, kept at hand until the block exits, however
+        small the cache: a read that fetches blocks ahead (a scan, a run of pages) and
+        then reads them page by page decodes each once. With a cache smaller than a
+        run, every block was decoded two or three times (a 10M-row scan with a 4 MB
+        cache: 0.9-1.5 s, against ~0.4 s with 12 MB)."""
+        tables = self.segment_columns(items)
+        keys = list(dict.fromkeys((cid.bytes, names) for cid, names in items))
+        by_key = {
+            (cid.bytes, names): table for (cid, names), table in zip(items, tables, strict=True)
+        }
+        with self._shared.lock:
+            for key in keys:
+                table, holders = self._held.get(key, (by_key[key], 0))
+                self._held[key] = (table, holders + 1)
+        try:
+            yield tables
+        finally:
+            with self._shared.lock:
+                for key in keys:
+                    table, holders = self._held[key]
+                    if holders > 1:
+                        self._held[key] = (table, holders - 1)
+                    else:
+                        del self._held[key]
 
     def _fetch_decoded(self, items: Sequence[tuple[CID, Columns]]) -> list[pa.Table]:
         """Read, verify and decode segments (each to its columns), concurrently."""

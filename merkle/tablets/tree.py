@@ -362,10 +362,10 @@ class Tree:
         leaves = self.leaves_io
         # Every key block needed, from every tablet, fetched at once.
         self.ts.prefetch_nodes(list(groups))
-        self.ts.segment_columns(
+        with self.ts.holding(
             [block for cid, part in groups.items() for block in leaves.key_blocks(cid, part)]
-        )
-        for cid, part in groups.items():
-            rows = leaves.find(cid, part)
-            found.update(k for k, r in zip(part, rows, strict=True) if r >= 0)
+        ):
+            for cid, part in groups.items():
+                rows = leaves.find(cid, part)
+                found.update(k for k, r in zip(part, rows, strict=True) if r >= 0)
         return [k in found for k in keys]
