@@ -258,19 +258,18 @@ class TableStore:
         run, every block was decoded two or three times (a 10M-row scan with a 4 MB
         cache: 0.9-1.5 s, against ~0.4 s with 12 MB)."""
         tables = self.segment_columns(items)
-        keys = list(dict.fromkeys((cid.bytes, names) for cid, names in items))
         by_key = {
             (cid.bytes, names): table for (cid, names), table in zip(items, tables, strict=True)
         }
         with self._shared.lock:
-            for key in keys:
-                table, holders = self._held.get(key, (by_key[key], 0))
+            for key, decoded in by_key.items():
+                table, holders = self._held.get(key, (decoded, 0))
                 self._held[key] = (table, holders + 1)
         try:
             yield tables
         finally:
             with self._shared.lock:
-                for key in keys:
+                for key in by_key:
                     table, holders = self._held[key]
                     if holders > 1:
                         self._held[key] = (table, holders - 1)

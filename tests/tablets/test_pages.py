@@ -151,8 +151,9 @@ def test_a_scan_decodes_every_block_once_whatever_the_cache_size(
     lake: tuple[MemoryStore, Table], monkeypatch: pytest.MonkeyPatch, cache_bytes: int
 ) -> None:
     """A scan fetches a run of leaves ahead and then reads them page by page; with a
-    cache smaller than what it fetched, every block was decoded twice (a 10M-row
-    scan with a 4 MB cache took 0.9-1.5 s against ~0.4 s with 12 MB)."""
+    cache smaller than what it fetched, every block was decoded three times (the
+    scan's fetch, the run of pages' fetch, the page read; a 10M-row scan with a 4 MB
+    cache took 0.9-1.5 s against ~0.4 s with 12 MB)."""
     store, table = lake
     decoded: list[bytes] = []
     real = store_module.decode_segment
@@ -330,7 +331,8 @@ def test_an_existence_check_decodes_each_key_block_once_with_a_tiny_cache(
     lake: tuple[MemoryStore, Table], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The key blocks are fetched at once, then searched: with a cache too small to keep
-    them in between, each was decoded twice."""
+    them in between, each was decoded three times (the check's fetch, the tablet's
+    fetch, the search)."""
     store, table = lake
     decoded = _decoded_blocks(monkeypatch)
     cold = Table.load(TableStore(BlockStore(store), cache_bytes=1), table.save())
