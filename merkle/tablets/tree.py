@@ -54,10 +54,7 @@ def node_ref(ts: TableStore, cid: CID) -> ChildRef:
         return ChildRef(cid, 0, tablet.count, tablet.size, tablet.first_key, tablet.last_key)
     if kind == INDEX:
         index = ts.index(cid)
-        children = index.children
-        return ChildRef(
-            cid, index.height, index.count, index.size, children[0].first_key, children[-1].last_key
-        )
+        return ChildRef(cid, index.height, index.count, index.size, index.first_key, index.last_key)
     raise IntegrityError(f"block {cid} is a {kind!r} node, not a tablet or index node")
 
 
@@ -125,7 +122,7 @@ class Tree:
         if fill is None:
             if not check_all:
                 return False
-            fill = ref.count if ref.height == 0 else len(self.ts.index(ref.cid).children)
+            fill = ref.count if ref.height == 0 else len(self.ts.index(ref.cid))
         limits = self.spec.limits
         return fill < (limits.min_tablet if ref.height == 0 else limits.min_children)
 
@@ -322,8 +319,8 @@ class Tree:
                 return rank + self.leaves_io.rank(ref.cid, key, inclusive=inclusive)
             node = self.ts.index(ref.cid)
             i = bisect.bisect_right(node.keys, key)
-            rank += sum(child.count for child in node.children[:i])
-            ref = node.children[i]
+            rank += sum(node.counts()[:i])
+            ref = node.child(i)
         return rank
 
     def locate(self, data: ChildRef | None, keys: Sequence[bytes]) -> dict[CID, list[bytes]]:
@@ -346,7 +343,7 @@ class Tree:
                 for key in part:
                     routed.setdefault(bisect.bisect_right(seps, key), []).append(key)
                 for i, routed_keys in routed.items():
-                    descend(node.children[i], routed_keys)
+                    descend(node.child(i), routed_keys)
                 return
             cuts = [0] + [bisect.bisect_left(part, s) for s in seps] + [len(part)]
             for i, child in enumerate(node.children):
