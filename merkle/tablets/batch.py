@@ -15,6 +15,7 @@ key removes one, everything else replaces or removes nothing.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -387,24 +388,31 @@ class Overlay:
 
     @classmethod
     def load(
-        cls,
-        ts: TableStore,
-        pending: Sequence[CID],
-        key_field: str,
-        codec: KeyCodec,
-        resolve: tuple[bytes, Callable[[BatchContent], BatchContent]] | None = None,
+        cls, ts: TableStore, pending: Sequence[CID], key_field: str, codec: KeyCodec
     ) -> Overlay:
-        """The overlay of ``pending`` (folded once, then cached by the pending list and,
-        with ``resolve`` (the merged area's root CID and the function), the merged area)."""
+        """The overlay of ``pending``, without a resolver (folded once, then cached by the
+        pending list: a reader takes a :meth:`resolving` view of it)."""
 
         def build() -> Overlay:
             contents = [load_batch(ts, cid, key_field, codec) for cid in pending]
-            return cls(fold(contents, key_field, codec), resolve[1] if resolve else None)
+            return cls(fold(contents, key_field, codec))
 
         key: tuple[object, ...] = ("overlay", key_field, codec.spec, *(c.bytes for c in pending))
-        if resolve is not None:
-            key = (*key, "over", resolve[0])
         return ts.cached(key, build, lambda overlay: overlay.nbytes)
+
+    def resolving(self, resolve: Callable[[BatchContent], BatchContent]) -> Overlay:
+        """A view of this overlay (sharing its indexes) whose patches ``resolve`` lays
+        over their records.
+
+        The overlay in the store's cache never holds a resolver: a resolver reads
+        through the store, so the cache would hold itself, and such a cycle kept
+        a closed connection's caches (and every decoded block in them) alive until
+        the next garbage collection, which then freed them inside some later
+        read. Take a view per operation and do not keep it on a long-lived value.
+        """
+        view = copy.copy(self)
+        view._resolve = resolve
+        return view
 
     @property
     def has_patches(self) -> bool:

@@ -298,22 +298,25 @@ def _locate(
 ) -> list[tuple[ChildRef, list[bytes]]]:
     """Sorted keys grouped by the tablet whose ``[first, last]`` holds them; others dropped."""
     out: list[tuple[ChildRef, list[bytes]]] = []
-    if data is None or not keys:
-        return out
-
-    def descend(ref: ChildRef, part: Sequence[bytes]) -> None:
-        part = [k for k in part if ref.first_key <= k <= ref.last_key]
-        if not part:
-            return
-        if ref.height == 0:
-            out.append((ref, list(part)))
-            return
-        node = tree.ts.index(ref.cid)
-        for child in node.children:
-            descend(child, part)
-
-    descend(data, keys)
+    if data is not None and keys:
+        _descend(tree, data, keys, out)
     return out
+
+
+def _descend(
+    tree: Tree, ref: ChildRef, part: Sequence[bytes], out: list[tuple[ChildRef, list[bytes]]]
+) -> None:
+    """:func:`_locate` in the subtree ``ref``: a function of its own, since a nested
+    function that calls itself is a reference cycle that keeps everything it reaches
+    (the connection's caches) alive until the next garbage collection."""
+    part = [k for k in part if ref.first_key <= k <= ref.last_key]
+    if not part:
+        return
+    if ref.height == 0:
+        out.append((ref, list(part)))
+        return
+    for child in tree.ts.index(ref.cid).children:
+        _descend(tree, child, part, out)
 
 
 # -- comparing rows ----------------------------------------------------------------------

@@ -180,18 +180,13 @@ class Table(TableReads):
         return self._data
 
     def overlay(self) -> Overlay:
-        """All pending batches folded into one view (cached on this value)."""
+        """All pending batches folded into one view, patches resolved against this
+        version's merged area (the fold is cached on this value; the view is new
+        each call: see :meth:`Overlay.resolving`)."""
         if self._overlay is None:
             spec = self.spec
-            data = self.root.data.bytes if self.root.data is not None else b""
-            self._overlay = Overlay.load(
-                self.ts,
-                self.root.pending,
-                spec.key_field,
-                spec.codec,
-                resolve=(data, self.resolve_patches),
-            )
-        return self._overlay
+            self._overlay = Overlay.load(self.ts, self.root.pending, spec.key_field, spec.codec)
+        return self._overlay.resolving(self.resolve_patches)
 
     def _tree(self) -> Tree:
         return Tree(self.ts, self.spec)

@@ -58,6 +58,17 @@ def node_ref(ts: TableStore, cid: CID) -> ChildRef:
     raise IntegrityError(f"block {cid} is a {kind!r} node, not a tablet or index node")
 
 
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """What :meth:`Tree.plan` looks for: effective rows ``[start, stop)``, and where the
+    leaves holding them go."""
+
+    overlay: Overlay
+    start: int
+    stop: int
+    out: list[LeafSlice]
+
+
 class Tree:
     """Operations on one table's merged area (stateless apart from caches in ``ts``)."""
 
@@ -237,17 +248,21 @@ class Tree:
         made = fresh if fresh is not None else [r for refs in rewritten.values() for r in refs]
         self._fresh = {new.cid.bytes: new.count for new in made}
         touched: set[CID] = set()
-
-        def mark(ref: ChildRef) -> bool:
-            if ref.height == 0:
-                return ref.cid in rewritten
-            hit = any([mark(child) for child in self.ts.index(ref.cid).children])
-            if hit:
-                touched.add(ref.cid)
-            return hit
-
-        mark(data)
+        self._mark(data, rewritten, touched)
         return self.finish(self._splice(data, rewritten, touched))
+
+    def _mark(self, ref: ChildRef, rewritten: dict[CID, list[ChildRef]], touched: set[CID]) -> bool:
+        """Whether ``ref``'s subtree holds a rewritten tablet; index nodes that do go to
+        ``touched``. (A method, not a nested function: a closure that calls itself is a
+        reference cycle, which would keep the connection's caches alive until the next
+        garbage collection.)"""
+        if ref.height == 0:
+            return ref.cid in rewritten
+        children = self.ts.index(ref.cid).children
+        hit = any([self._mark(child, rewritten, touched) for child in children])
+        if hit:
+            touched.add(ref.cid)
+        return hit
 
     # -- walking -----------------------------------------------------------------
 
@@ -272,24 +287,29 @@ class Tree:
             out.append(LeafSlice(None, None, None, start, min(stop, overlay.delta())))
             return out
 
-        def visit(ref: ChildRef, lo: bytes | None, hi: bytes | None, base: int) -> None:
-            size = ref.count + overlay.delta(lo, hi)
-            if base >= stop or base + size <= start:
-                return
-            if ref.height == 0:
-                out.append(LeafSlice(ref, lo, hi, max(start - base, 0), min(stop - base, size)))
-                return
-            children = self.ts.index(ref.cid).children
-            for i, child in enumerate(children):
-                clo = lo if i == 0 else child.first_key
-                chi = hi if i == len(children) - 1 else children[i + 1].first_key
-                visit(child, clo, chi, base)
-                base += child.count + overlay.delta(clo, chi)
-                if base >= stop:
-                    return
-
-        visit(data, None, None, 0)
+        self._visit(data, None, None, 0, _Window(overlay, start, stop, out))
         return out
+
+    def _visit(
+        self, ref: ChildRef, lo: bytes | None, hi: bytes | None, base: int, window: _Window
+    ) -> None:
+        """:meth:`plan` of the subtree ``ref`` (keys ``[lo, hi)``) whose first effective
+        row is row ``base``; a method, not a closure that calls itself (see :meth:`_mark`)."""
+        overlay, start, stop = window.overlay, window.start, window.stop
+        size = ref.count + overlay.delta(lo, hi)
+        if base >= stop or base + size <= start:
+            return
+        if ref.height == 0:
+            window.out.append(LeafSlice(ref, lo, hi, max(start - base, 0), min(stop - base, size)))
+            return
+        children = self.ts.index(ref.cid).children
+        for i, child in enumerate(children):
+            clo = lo if i == 0 else child.first_key
+            chi = hi if i == len(children) - 1 else children[i + 1].first_key
+            self._visit(child, clo, chi, base, window)
+            base += child.count + overlay.delta(clo, chi)
+            if base >= stop:
+                return
 
     def materialize(
         self, leaf: LeafSlice, overlay: Overlay, fields: Sequence[str] | None
@@ -326,31 +346,33 @@ class Tree:
     def locate(self, data: ChildRef | None, keys: Sequence[bytes]) -> dict[CID, list[bytes]]:
         """Group sorted encoded keys by the tablet whose range holds them."""
         groups: dict[CID, list[bytes]] = {}
-        if data is None or not keys:
-            return groups
-
-        def descend(ref: ChildRef, part: Sequence[bytes]) -> None:
-            if not part:
-                return
-            if ref.height == 0:
-                groups[ref.cid] = list(part)
-                return
-            node = self.ts.index(ref.cid)
-            seps = node.keys
-            if len(part) * 8 < len(seps):
-                # Few keys (a point read): bisect each key, not each of the children.
-                routed: dict[int, list[bytes]] = {}
-                for key in part:
-                    routed.setdefault(bisect.bisect_right(seps, key), []).append(key)
-                for i, routed_keys in routed.items():
-                    descend(node.child(i), routed_keys)
-                return
-            cuts = [0] + [bisect.bisect_left(part, s) for s in seps] + [len(part)]
-            for i, child in enumerate(node.children):
-                descend(child, part[cuts[i] : cuts[i + 1]])
-
-        descend(data, keys)
+        if data is not None and keys:
+            self._descend(data, keys, groups)
         return groups
+
+    def _descend(
+        self, ref: ChildRef, part: Sequence[bytes], groups: dict[CID, list[bytes]]
+    ) -> None:
+        """:meth:`locate` in the subtree ``ref``; a method, not a closure that calls
+        itself (see :meth:`_mark`)."""
+        if not part:
+            return
+        if ref.height == 0:
+            groups[ref.cid] = list(part)
+            return
+        node = self.ts.index(ref.cid)
+        seps = node.keys
+        if len(part) * 8 < len(seps):
+            # Few keys (a point read): bisect each key, not each of the children.
+            routed: dict[int, list[bytes]] = {}
+            for key in part:
+                routed.setdefault(bisect.bisect_right(seps, key), []).append(key)
+            for i, routed_keys in routed.items():
+                self._descend(node.child(i), routed_keys, groups)
+            return
+        cuts = [0] + [bisect.bisect_left(part, s) for s in seps] + [len(part)]
+        for i, child in enumerate(node.children):
+            self._descend(child, part[cuts[i] : cuts[i + 1]], groups)
 
     def exists(self, data: ChildRef | None, keys: Sequence[bytes]) -> list[bool]:
         """Whether each encoded key is in the merged area (keys sorted and unique)."""
