@@ -40,6 +40,7 @@ import math
 import multiprocessing
 import os
 import queue
+import random
 import resource
 import shutil
 import statistics
@@ -99,7 +100,7 @@ class Plan:
 FULL = Plan(
     commits=40,
     delta_commits=4,
-    lookups=40,
+    lookups=60,  # 40 left the 1M-row single-key median moving 15% between runs
     many_rounds=9,  # 5 left the 1M-row median moving 2x between runs
     warm_lookups=200,
     scans=5,
@@ -236,6 +237,16 @@ def _timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
+def _turns(order: random.Random) -> list[str]:
+    """The systems in the order of one round of cold operations, shuffled (seeded) as
+    ``bench.common.time_interleaved`` does: in a fixed order merkle-db always ran right
+    after Delta Lake's lookup (14-170 ms of work that leaves the CPU caches cold) and
+    Lance always after merkle-db's, so each paid the same neighbour's aftermath."""
+    turns = list(SYSTEMS)
+    order.shuffle(turns)
+    return turns
+
+
 def _cold(side: Side, fn: Callable[[], Any]) -> float:
     """One operation on a fresh handle; only the operation is timed."""
     side.reopen()
@@ -263,8 +274,10 @@ def measure_size(root: Path, rows: int, plan: Plan) -> Result:
         "to build after the load (not counted in the load)."
     )
     rng = np.random.default_rng(SEED + rows)
+    order = random.Random(SEED + rows)
 
-    # Cold lookups and scans: a fresh handle each time, systems in turn.
+    # Cold lookups and scans: a fresh handle each time, the systems taking turns in
+    # an order shuffled each round (see _turns).
     for op, repeats, make in (
         ("get1_cold", plan.lookups, lambda: [int(rng.integers(0, rows))]),
         ("get1000_cold", plan.many_rounds, lambda: rng.integers(0, rows, 1000).tolist()),
@@ -272,7 +285,8 @@ def measure_size(root: Path, rows: int, plan: Plan) -> Result:
         samples: dict[str, list[float]] = {s: [] for s in SYSTEMS}
         for _ in range(repeats):
             keys = make()
-            for system, side in sides.items():
+            for system in _turns(order):
+                side = sides[system]
                 samples[system].append(_cold(side, lambda side=side, keys=keys: side.get(keys)))
         for system, values in samples.items():
             result.put(op, system, statistics.median(values))
@@ -283,7 +297,8 @@ def measure_size(root: Path, rows: int, plan: Plan) -> Result:
         samples = {s: [] for s in SYSTEMS}
         for _ in range(repeats):
             first = low()
-            for system, side in sides.items():
+            for system in _turns(order):
+                side = sides[system]
                 fn = (
                     (lambda side=side: _scan(side))
                     if first < 0
