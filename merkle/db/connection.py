@@ -9,6 +9,7 @@ clones and drops databases; everything else happens on the immutable
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from collections.abc import Callable
 from datetime import datetime
@@ -68,6 +69,15 @@ def _lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str
     return node
 
 
+def _still_kept(refs: RefManager, tags: TagManager, db: str, version: int, root: str) -> bool:
+    """Whether the journal (or a tag) still holds ``db`` at ``version`` with ``root``."""
+    try:
+        return refs.get(db, version).root == root
+    except NotFoundError:
+        tag = tags.keeping(db, version)
+        return tag is not None and tag.root == root
+
+
 class Connection:
     """A handle on one lake: databases by name, and the stores beneath them."""
 
@@ -112,8 +122,13 @@ class Connection:
     def _make_readers(self) -> ReaderLeaseKeeper:
         """The reader leases of this connection's leased values (``merkle.db.readers``)."""
         from merkle.db.readers import ReaderLeaseKeeper
+        from merkle.refs.tags import TagManager
 
-        return ReaderLeaseKeeper(self.leases, still_kept=self._still_kept)
+        # A function of the refs and tags, not a method of this connection: the keeper
+        # is the connection's, and the method would make a reference cycle that kept a
+        # closed connection's caches alive (tests/db/test_no_cycles.py).
+        kept = functools.partial(_still_kept, self.refs, TagManager(self.store))
+        return ReaderLeaseKeeper(self.leases, still_kept=kept)
 
     tag_refs = OnFirstUse(_make_tag_refs)
     leases = OnFirstUse(_make_leases)
@@ -154,11 +169,7 @@ class Connection:
 
     def _still_kept(self, db: str, version: int, root: str) -> bool:
         """Whether the journal (or a tag) still holds ``db`` at ``version`` with ``root``."""
-        try:
-            return self.refs.get(db, version).root == root
-        except NotFoundError:
-            tag = self.tag_refs.keeping(db, version)
-            return tag is not None and tag.root == root
+        return _still_kept(self.refs, self.tag_refs, db, version, root)
 
     def writer_lease(
         self, db: str | None = None
