@@ -480,7 +480,15 @@ def present(
     fields: Sequence[str] | None = None,
 ) -> pa.Table:
     """Segment rows as the user's table: the schema's fields, order and exact types."""
-    if schema is None or key.column not in raw.column_names:
+    if schema is None:
+        return raw
+    if (
+        fields is None
+        and schema.metadata is None
+        and raw.schema.equals(schema, check_metadata=True)
+    ):
+        return raw  # already the user's table: what follows would rebuild it as it is
+    if key.column not in raw.column_names:
         return raw
     count = raw.num_rows
     key_column = raw.column(key.column)
