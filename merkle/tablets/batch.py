@@ -356,17 +356,14 @@ class Overlay:
     reader's overlay is given ``resolve`` (a function laying patches over
     those records, making them upserts) and resolves only the patches of the
     key ranges it is asked for: a range scan reads the pages of its range,
-    not those of every patched record. Without ``resolve`` the patches stay
-    aside: enough for counts and ranks, which patches never change.
+    not those of every patched record. Without a resolver (a :meth:`resolving`
+    view gives one) the patches stay aside: enough for counts and ranks, which
+    patches never change.
     """
 
-    def __init__(
-        self,
-        content: BatchContent,
-        resolve: Callable[[BatchContent], BatchContent] | None = None,
-    ) -> None:
+    def __init__(self, content: BatchContent) -> None:
         self._raw = content
-        self._resolve = resolve
+        self._resolve: Callable[[BatchContent], BatchContent] | None = None
         self._full: BatchContent | None = content if content.patches is None else None
         up, de = content.upserts, content.deletes
         keys = pa.concat_arrays([up.keys, de.cast(up.keys.type)]) if len(de) else up.keys

@@ -254,7 +254,7 @@ class TableReads:
 
     def prefetch(
         self, tablets: Sequence[CID], fields: Sequence[str] | None
-    ) -> AbstractContextManager[list[pa.Table]]:
+    ) -> AbstractContextManager[None]:
         """Fetch, verify and decode at once what a read of ``fields`` needs of ``tablets``
         (only the families that hold those fields, and of them only those columns),
         held at hand until the ``with`` block that reads them exits

@@ -251,7 +251,7 @@ class TableStore:
         return [found[(cid.bytes, names)] for cid, names in items]
 
     @contextlib.contextmanager
-    def holding(self, items: Sequence[tuple[CID, Columns]]) -> Iterator[list[pa.Table]]:
+    def holding(self, items: Sequence[tuple[CID, Columns]]) -> Iterator[None]:
         """:meth:`segment_columns` of ``items``, kept at hand until the block exits, however
         small the cache: a read that fetches blocks ahead (a scan, a run of pages) and
         then reads them page by page decodes each once. With a cache smaller than a
@@ -266,7 +266,7 @@ class TableStore:
                 table, holders = self._held.get(key, (decoded, 0))
                 self._held[key] = (table, holders + 1)
         try:
-            yield tables
+            yield
         finally:
             with self._shared.lock:
                 for key in by_key:
