@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import itertools
 import os
 import re
 import threading
@@ -266,17 +267,30 @@ class ObjectStore(ABC):
 
         Layers above use this to run many small requests against the backend
         concurrently (S3 latency, parallel fsync) without pools of their own.
+
+        On a local store each worker takes a run of items, not one item a
+        task: a ``stat`` or an ``unlink`` costs microseconds, and handing each
+        to a thread cost more than the call (a collection's re-check and
+        delete of 500 blocks: one task each took 190 ms, see
+        doc/benchmarks.md "gc"). A remote request's latency only concurrency
+        hides, so there every item stays a task of its own.
         """
-        if self.bulk_workers <= 1 or len(items) <= 1:
+        workers = self.bulk_workers
+        if workers <= 1 or len(items) <= 1:
             return [fn(item) for item in items]
         with ObjectStore._pool_lock:
             if self._pool is None:
                 from concurrent.futures import ThreadPoolExecutor  # (with logging: 3 ms)
 
                 self._pool = ThreadPoolExecutor(
-                    self.bulk_workers, thread_name_prefix=f"{type(self).__name__}-io"
+                    workers, thread_name_prefix=f"{type(self).__name__}-io"
                 )
-        return list(self._pool.map(fn, items))
+        if not self.local or len(items) <= workers:
+            return list(self._pool.map(fn, items))
+        cuts = [len(items) * i // workers for i in range(workers + 1)]
+        runs = [items[a:b] for a, b in itertools.pairwise(cuts)]
+        done = self._pool.map(lambda run: [fn(item) for item in run], runs)
+        return [result for run in done for result in run]
 
     def close(self) -> None:
         """Release clients and threads; the store may not be used afterwards."""

@@ -308,6 +308,29 @@ def test_map_bulk_keeps_order(store: ObjectStore) -> None:
     assert store.map_bulk(lambda n: n * n, list(range(100))) == [n * n for n in range(100)]
 
 
+def test_map_bulk_calls_each_item_once_and_raises_the_error(store: ObjectStore) -> None:
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def square(n: int) -> int:
+        with lock:
+            seen.append(n)
+        return n * n
+
+    for size in (0, 1, 3, 7, 8, 9, 100, 1001):
+        seen.clear()
+        assert store.map_bulk(square, list(range(size))) == [n * n for n in range(size)]
+        assert sorted(seen) == list(range(size))
+
+    def fail_on_57(n: int) -> int:
+        if n == 57:
+            raise ValueError("item 57")
+        return n
+
+    with pytest.raises(ValueError, match="item 57"):
+        store.map_bulk(fail_on_57, list(range(100)))
+
+
 # -- put_if_absent ------------------------------------------------------------------------
 
 

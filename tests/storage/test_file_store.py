@@ -208,3 +208,28 @@ def test_a_directory_is_not_an_object(file_store: FileStore) -> None:
     assert not file_store.exists("dir")
     with pytest.raises(KeyError):
         file_store.touch("dir")
+
+
+def test_map_bulk_hands_a_local_pool_one_run_per_worker(tmp_path: Path) -> None:
+    """A stat or an unlink on a local disk costs less than handing it to a thread: a
+    collection's re-check of 1,000 blocks must not be 1,000 tasks (doc/benchmarks.md, gc)."""
+    store = FileStore(str(tmp_path / "lake"), bulk_workers=4)
+    try:
+        store.map_bulk(str, ["warm", "up"])  # starts the pool
+        pool = store._pool
+        assert pool is not None
+        tasks: list[int] = []
+        real_submit = pool.submit
+
+        def counting_submit(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            tasks.append(1)
+            return real_submit(fn, *args, **kwargs)
+
+        pool.submit = counting_submit  # type: ignore[method-assign]
+        assert store.map_bulk(lambda n: -n, list(range(1000))) == [-n for n in range(1000)]
+        assert len(tasks) == 4
+        tasks.clear()
+        assert store.map_bulk(lambda n: -n, [1, 2, 3]) == [-1, -2, -3]
+        assert len(tasks) == 3  # no more items than workers: one task each, as before
+    finally:
+        store.close()
