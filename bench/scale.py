@@ -35,6 +35,7 @@ Run: ``python -m bench scale [--quick]`` (quick: 100,000 and 300,000 rows).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import multiprocessing
@@ -287,22 +288,23 @@ def measure_size(root: Path, rows: int, plan: Plan) -> Result:
             keys = make()
             for system in _turns(order):
                 side = sides[system]
-                samples[system].append(_cold(side, lambda side=side, keys=keys: side.get(keys)))
+                samples[system].append(_cold(side, functools.partial(side.get, keys)))
         for system, values in samples.items():
             result.put(op, system, statistics.median(values))
-    for op, repeats, low in (
+    scan_ops: list[tuple[str, int, Callable[[], int]]] = [
         ("range_cold", plan.scans, lambda: int(rng.integers(0, rows - rows // 100))),
         ("scan_cold", plan.scans, lambda: -1),
-    ):
+    ]
+    for op, repeats, low in scan_ops:
         samples = {s: [] for s in SYSTEMS}
         for _ in range(repeats):
             first = low()
             for system in _turns(order):
                 side = sides[system]
-                fn = (
-                    (lambda side=side: _scan(side))
+                fn: Callable[[], Any] = (
+                    functools.partial(_scan, side)
                     if first < 0
-                    else (lambda side=side, first=first: _range(side, first, rows // 100))
+                    else functools.partial(_range, side, first, rows // 100)
                 )
                 samples[system].append(_cold(side, fn))
         for system, values in samples.items():
@@ -314,7 +316,7 @@ def measure_size(root: Path, rows: int, plan: Plan) -> Result:
         keys = rng.integers(0, rows, 100 + plan.warm_lookups).tolist()
         for key in keys[:100]:
             side.get([key])
-        taken = [_timed(lambda side=side, key=key: side.get([key])) for key in keys[100:]]
+        taken = [_timed(functools.partial(side.get, [key])) for key in keys[100:]]
         result.put("get1_warm", system, statistics.median(taken))
 
     # Small commits: systems in turn, Delta on fewer (each merge rewrites a data file).
@@ -324,7 +326,7 @@ def measure_size(root: Path, rows: int, plan: Plan) -> Result:
         for system, side in sides.items():
             if system == DELTA and i >= plan.delta_commits:
                 continue
-            taken_by[system].append(_timed(lambda side=side, batch=batch: side.upsert(batch)))
+            taken_by[system].append(_timed(functools.partial(side.upsert, batch)))
     for system, values in taken_by.items():
         result.put("commit", system, statistics.median(values))
 

@@ -29,6 +29,7 @@ Run: ``python -m bench spark [--quick]`` (needs Java 17+ and the spark extra);
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -99,13 +100,19 @@ def _planned_tablets(uri: str, low: int, high: int) -> tuple[int, int]:
     """Tablets a key-range read plans, and all tablets (the plan reads nothing else)."""
     from pyspark.sql.datasource import GreaterThanOrEqual, LessThanOrEqual
 
-    from merkle.spark.source import MerkleDataSource
+    from merkle.spark.source import MerkleDataSource, MerklePartition
 
     source = MerkleDataSource({"lake": uri, "db": "bench", "table": "t"})
     reader = source.reader(source.schema())
-    every = sum(len(p.slices) for p in reader.partitions())
+
+    def tablets() -> int:
+        parts = reader.partitions()
+        assert all(isinstance(p, MerklePartition) for p in parts)
+        return sum(len(p.slices) for p in parts if isinstance(p, MerklePartition))
+
+    every = tablets()
     list(reader.pushFilters([GreaterThanOrEqual(("id",), low), LessThanOrEqual(("id",), high)]))
-    return sum(len(p.slices) for p in reader.partitions()), every
+    return tablets(), every
 
 
 def _size(spark: Any, rows: int, work: Path) -> tuple[list[tuple[str, ...]], list[str]]:
@@ -237,7 +244,7 @@ def _size(spark: Any, rows: int, work: Path) -> tuple[list[tuple[str, ...]], lis
         with merkle.connect(uri) as conn:
             before = {t["id"] for t in conn.open_db("bench").list_tablets("t")}
         size_before = _du(lake)
-        took, _ = _timed(lambda c=changes: merkle.spark.write(c, uri, "bench", "t"))
+        took, _ = _timed(functools.partial(merkle.spark.write, changes, uri, "bench", "t"))
         written = _du(lake) - size_before
         with merkle.connect(uri) as conn:
             after = {t["id"] for t in conn.open_db("bench").list_tablets("t")}

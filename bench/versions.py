@@ -19,6 +19,7 @@ import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -157,7 +158,7 @@ def _push_section(quick: bool) -> str:
         lake = scratch / "lake"
         _load(lake.as_uri(), rows)
         s3_uri = f"s3://{new_bucket(endpoint)}/lake"
-        options = {"endpoint_url": endpoint, "region_name": "us-east-1"}
+        options: dict[str, Any] = {"endpoint_url": endpoint, "region_name": "us-east-1"}
         with merkle.connect(lake) as src, merkle.connect(s3_uri, **options) as dst:
             seconds, report = _timed(lambda: merkle.sync(src, dst, "big"))
             c = report.copy  # type: ignore[attr-defined]
