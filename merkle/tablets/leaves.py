@@ -82,7 +82,7 @@ def _index_of(codec: KeyCodec, column: pa.Array | pa.ChunkedArray) -> pa.Array |
     if words is None:
         return combine(codec.encode_array(column))
     encode = lambda: combine(codec.encode_array(column))  # noqa: E731
-    return KeyIndex.of_words(words, encode, holds=column.nbytes)
+    return KeyIndex.of_words(words, encode, holds=column.get_total_buffer_size())
 
 
 class Leaves:
