@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from multiformats import multihash
 
 from merkle.blocks import BLAKE3, CID, DAG_CBOR, RAW, SHA2_256
-from merkle.blocks.cid import _base32_decode, _base32_encode
+from merkle.blocks.cid import _base32_decode, _base32_encode, _parse
 from merkle.errors import IntegrityError, UsageError
 
 CODECS = {"raw": RAW, "dag-cbor": DAG_CBOR}
@@ -122,3 +122,24 @@ def test_base32_matches_the_standard_library(raw: bytes) -> None:
 def test_base32_decoding_refuses_what_is_not_canonical_base32(text: str) -> None:
     with pytest.raises(ValueError, match="base32"):
         _base32_decode(text)
+
+
+@given(
+    codec=st.integers(min_value=0, max_value=2**21),
+    code=st.sampled_from([BLAKE3, SHA2_256, 0x1E + 0x80 * 3]),
+    digest=st.binary(min_size=1, max_size=40),
+)
+def test_codec_and_hash_code_read_in_place_agree_with_a_full_parse(
+    codec: int, code: int, digest: bytes
+) -> None:
+    from multiformats import varint
+
+    raw = b"\x01" + varint.encode(codec) + varint.encode(code) + varint.encode(len(digest)) + digest
+    cid = CID.from_bytes(raw)
+    assert (cid.codec, cid.hash_code, cid.digest) == _parse(raw)[1:]
+    assert (cid.codec, cid.hash_code) == (codec, code)
+
+
+def test_codec_and_hash_code_of_a_cidv0() -> None:
+    cid = CID.parse("QmbWqxBEKC3P8tqsKc98xmWNzrzDtRLMiMPL8wBuTGsMnR")
+    assert (cid.version, cid.codec, cid.hash_code) == (0, 0x70, SHA2_256)
