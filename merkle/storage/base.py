@@ -270,10 +270,11 @@ class ObjectStore(ABC):
 
         On a local store each worker takes a run of items, not one item a
         task: a ``stat`` or an ``unlink`` costs microseconds, and handing each
-        to a thread cost more than the call (a collection's re-check and
-        delete of 500 blocks: one task each took 190 ms, see
-        doc/benchmarks.md "gc"). A remote request's latency only concurrency
-        hides, so there every item stays a task of its own.
+        to a thread cost more than the call (a collection's re-check of 500
+        blocks: 120 ms with one task each, 13 ms in runs; doc/benchmarks.md,
+        the eleventh session's notes under "scale"). A remote request's
+        latency only concurrency hides, so there every item stays a task of
+        its own.
         """
         workers = self.bulk_workers
         if workers <= 1 or len(items) <= 1:
