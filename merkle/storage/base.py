@@ -37,6 +37,7 @@ __all__ = [
     "check_key",
     "check_prefix",
     "check_range",
+    "map_in_runs",
     "open_store",
     "register_scheme",
     "supported_schemes",
@@ -71,6 +72,26 @@ def check_key(key: object) -> str:
         if "\\" in segment or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in segment):
             raise UsageError(f"object key {key!r} holds a backslash or control character")
     return key
+
+
+def map_in_runs(
+    map_runs: Callable[
+        [Callable[[Sequence[Any]], list[Any]], list[Sequence[Any]]], Iterable[list[Any]]
+    ],
+    fn: Callable[[Any], Any],
+    items: Sequence[Any],
+    runs: int,
+) -> list[Any]:
+    """``[fn(item) for item in items]``, handed to ``map_runs`` (a pool's map) as ``runs``
+    contiguous runs of near-equal length, one task each, results in order.
+
+    For work that costs less than handing it to a thread (a local ``stat``,
+    a block read from a local disk): a task per run, not per item.
+    """
+    cuts = [len(items) * i // runs for i in range(runs + 1)]
+    parts = [items[a:b] for a, b in itertools.pairwise(cuts)]
+    done = map_runs(lambda run: [fn(item) for item in run], parts)
+    return [result for run in done for result in run]
 
 
 def check_data(key: str, data: object) -> bytes:
@@ -288,10 +309,7 @@ class ObjectStore(ABC):
                 )
         if not self.local or len(items) <= workers:
             return list(self._pool.map(fn, items))
-        cuts = [len(items) * i // workers for i in range(workers + 1)]
-        runs = [items[a:b] for a, b in itertools.pairwise(cuts)]
-        done = self._pool.map(lambda run: [fn(item) for item in run], runs)
-        return [result for run in done for result in run]
+        return map_in_runs(self._pool.map, fn, items, workers)
 
     def close(self) -> None:
         """Release clients and threads; the store may not be used afterwards."""

@@ -11,7 +11,6 @@ the compressors release the GIL).
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import threading
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -22,6 +21,7 @@ import pyarrow as pa
 from merkle.blocks.cache import ByteLRU
 from merkle.blocks.cid import CID, RAW
 from merkle.blocks.store import BlockStore
+from merkle.storage.base import map_in_runs
 from merkle.tablets.keyindex import KeyIndex
 from merkle.tablets.nodes import BatchNode, IndexNode, TableRoot, TabletNode
 from merkle.tablets.segment import decode_segment, encode_segment
@@ -150,10 +150,7 @@ class TableStore:
             return [fn(item) for item in items]
         if not local or len(items) <= workers:
             return self.map(fn, items)
-        cuts = [round(i * len(items) / workers) for i in range(workers + 1)]
-        runs = [items[a:b] for a, b in itertools.pairwise(cuts)]
-        done = self.map(lambda run: [fn(item) for item in run], runs)
-        return [result for run in done for result in run]
+        return map_in_runs(self.map, fn, items, workers)
 
     # -- nodes -------------------------------------------------------------------
 

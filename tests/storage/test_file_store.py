@@ -212,7 +212,7 @@ def test_a_directory_is_not_an_object(file_store: FileStore) -> None:
 
 def test_map_bulk_hands_a_local_pool_one_run_per_worker(tmp_path: Path) -> None:
     """A stat or an unlink on a local disk costs less than handing it to a thread: a
-    collection's re-check of 1,000 blocks must not be 1,000 tasks (doc/benchmarks.md, gc)."""
+    collection's re-check of 1,000 blocks must not be 1,000 tasks (doc/benchmarks.md, "scale")."""
     store = FileStore(str(tmp_path / "lake"), bulk_workers=4)
     try:
         store.map_bulk(str, ["warm", "up"])  # starts the pool
