@@ -1,8 +1,10 @@
 """``merkle gc`` and ``merkle verify``: garbage collection and integrity checks.
 
-Both are thin layers over :func:`merkle.gc` and :func:`merkle.verify`. On a
-terminal they show a progress bar on stderr and print a readable summary;
-with ``--format json|jsonl|csv`` they print the report's numbers instead.
+Both are thin layers over :func:`merkle.gc` and :func:`merkle.verify` (``gc
+--spark MASTER``: over :func:`merkle.spark.gc`, on a Spark session the
+command starts and stops). On a terminal they show a progress bar on stderr
+and print a readable summary; with ``--format json|jsonl|csv`` they print
+the report's numbers instead.
 What a collection waits for (a writer lease, another collector's lock) is
 said on stderr as it happens. ``verify`` exits with status 1 when it finds a
 missing or corrupt block or a damaged journal.
@@ -10,14 +12,18 @@ missing or corrupt block or a damaged journal.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from contextlib import ExitStack
-from typing import Any
+from typing import IO, Any
 
 import click
 
 import merkle
-from merkle.cli.common import CliError, connection, say
+from merkle.cli.common import CliError, CliState, connection, one_line, say
 from merkle.cli.output import default_format, emit_record, format_option
 from merkle.gc import GCReport, VerifyReport
 
@@ -106,6 +112,13 @@ def _gc_record(report: GCReport) -> dict[str, Any]:
     is_flag=True,
     help="Take the GC lock from a collector that is surely gone (killed), then collect.",
 )
+@click.option(
+    "--spark",
+    "spark_master",
+    default=None,
+    metavar="MASTER",
+    help="Mark, list and delete in Spark tasks on MASTER (local[*], spark://host:7077, ...).",
+)
 @format_option
 def gc(
     dry_run: bool,
@@ -113,6 +126,7 @@ def gc(
     keep_within: str | None,
     grace: str | None,
     break_lock: bool,
+    spark_master: str | None,
     fmt: str | None,
 ) -> None:
     """Mark everything that kept versions and leases reach; delete the rest.
@@ -122,7 +136,9 @@ def gc(
     (by default every version is kept). The report is also saved in the lake
     under gc/reports/. --break-lock ends the lock of a collector that was
     killed (instead of waiting for it to expire); the broken collector stops
-    before its next delete. See doc/operations.md.
+    before its next delete. --spark runs the same collection with its marking,
+    listing and deleting spread over Spark tasks (needs pyspark and Java 17+).
+    See doc/operations.md and doc/spark.md.
     """
     conn = connection()
     if break_lock:
@@ -132,16 +148,90 @@ def gc(
         else:
             _tell(f"broke the GC lock of {broken.holder} (generation {broken.generation})")
     with ExitStack() as stack:
-        report = merkle.gc(
-            conn,
-            dry_run=dry_run,
-            keep_versions=keep_versions,
-            keep_within=keep_within,
-            grace=grace,
-            progress=_Progress(stack),
-            notify=_tell,
-        )
+        settings: dict[str, Any] = {
+            "dry_run": dry_run,
+            "keep_versions": keep_versions,
+            "keep_within": keep_within,
+            "grace": grace,
+            "progress": _Progress(stack),
+            "notify": _tell,
+        }
+        if spark_master is None:
+            report = merkle.gc(conn, **settings)
+        else:
+            report = _spark_gc(spark_master, settings)
     _emit(report.summary(), _gc_record(report), fmt)
+
+
+def _spark_gc(master: str, settings: dict[str, Any]) -> GCReport:
+    """:func:`merkle.spark.gc` of the command's lake, on a session started (and stopped)
+    here; what Spark itself raises becomes one line."""
+    try:
+        from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+        from pyspark.errors import PySparkException
+
+        import merkle.spark
+    except ImportError:
+        raise CliError(
+            "merkle gc --spark needs pyspark: pip install 'merkle-db[spark]' "
+            "(Spark also needs Java 17 or newer)"
+        ) from None
+    state = click.get_current_context().find_root().find_object(CliState)
+    assert state is not None  # connection() checked that there is a lake
+    assert state.lake
+    with _jvm_output_aside() as aside:
+        try:
+            session = merkle.spark.session(master, "merkle gc")
+        except Exception as exc:  # no Java, a master that cannot be parsed or reached, ...
+            said = _last_line(aside)
+            raise CliError(
+                f"could not start Spark on {master!r}: {said or _first_line(exc)} (it needs "
+                "Java 17 or newer and a master such as local[4] or spark://host:7077; "
+                "see doc/spark.md)"
+            ) from None
+    try:
+        return merkle.spark.gc(session, state.lake, **settings, **state.options)
+    except (PySparkException, Py4JError) as exc:
+        raise CliError(f"the collection's Spark job failed: {_first_line(exc)}") from None
+    finally:
+        session.stop()
+
+
+@contextlib.contextmanager
+def _jvm_output_aside() -> Iterator[IO[bytes]]:
+    """This process's stdout and stderr pointed at a temporary file while Spark starts:
+    the JVM it launches inherits them and would print its start-up notices (and
+    later log lines) among the command's output and its one-line errors."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as aside:
+        os.dup2(aside.fileno(), 1)
+        os.dup2(aside.fileno(), 2)
+        try:
+            yield aside
+        finally:
+            for fd, copy in zip((1, 2), saved, strict=True):
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+def _last_line(aside: IO[bytes]) -> str:
+    """Why the JVM could not start, from what it wrote aside: its exception's message,
+    else its last line that is not a stack frame (e.g. that there is no Java)."""
+    aside.seek(0)
+    lines = [line.strip() for line in aside.read().decode(errors="replace").splitlines()]
+    for line in lines:
+        if line.startswith("Exception in thread") and ": " in line:
+            return line.split(": ", 1)[1][:300]
+    said = [line for line in lines if line and not line.startswith(("at ", "..."))]
+    return said[-1][:300] if said else ""
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (Spark's run to pages)."""
+    text = one_line(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+    return text[:300]
 
 
 def _verify_record(report: VerifyReport) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from merkle.blocks.cid import CID
-from merkle.gc.fanout import Fanout
+from merkle.gc.fanout import Fanout, Progress
 from merkle.gc.mark import Marker
 from merkle.gc.policy import Policy, Retention, load_policy, parse_duration
 from merkle.gc.report import DatabaseReport, GCReport
@@ -66,8 +66,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Notify", "Progress", "gc", "journal_names"]
 
-#: ``progress(phase, done, total)``: called as work advances (total None if unknown).
-Progress = Callable[[str, int, int | None], None]
 #: ``notify(message)``: told why the collection waits, and for how long.
 Notify = Callable[[str], None]
 

@@ -41,6 +41,7 @@ DELETE_BATCH = 1000
 #: Roots to mark and what they are (for the error that names a missing block).
 Roots = Sequence[tuple[CID, str]]
 Candidates = Sequence[tuple[CID, int]]
+#: ``progress(phase, done, total)``: called as work advances (total None if unknown).
 Progress = Callable[[str, int, int | None], None]
 
 

@@ -26,7 +26,7 @@ from merkle.spark.gc import gc
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["delete", "gc", "local_session", "register", "write"]
+__all__ = ["delete", "gc", "local_session", "register", "session", "write"]
 
 #: Spark setting that lets a Python data source take filters (``pushFilters``).
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
@@ -49,11 +49,23 @@ def local_session(cores: int | str = "*", app: str = "merkle", **conf: str) -> S
     off, the session time zone is UTC. ``conf`` adds Spark settings (dots
     written as ``__``: ``spark__driver__memory="2g"``).
     """
+    return session(f"local[{cores}]", app, **conf)
+
+
+def session(master: str, app: str = "merkle", **conf: str) -> SparkSession:
+    """A Spark session on ``master`` (``local[4]``, ``spark://host:7077``, ``yarn``, ...) with
+    the source registered and the settings of :func:`local_session`.
+
+    Only a local master (``local``, ``local[...]``) gets this interpreter for
+    its Python workers and the loopback interface: a cluster's executors run
+    their own Python and must reach the driver over the network.
+    """
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if master == "local" or master.startswith("local["):
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     settings = {
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
@@ -61,7 +73,7 @@ def local_session(cores: int | str = "*", app: str = "merkle", **conf: str) -> S
         PUSHDOWN_CONF: "true",
         **{name.replace("__", "."): value for name, value in conf.items()},
     }
-    builder = SparkSession.builder.master(f"local[{cores}]").appName(app)
+    builder = SparkSession.builder.master(master).appName(app)
     for name, value in settings.items():
         builder = builder.config(name, value)
     spark = builder.getOrCreate()

@@ -33,6 +33,7 @@ from merkle.blocks.cid import CID, DAG_CBOR
 from merkle.blocks.walk import walk_levels
 from merkle.db.connection import Connection
 from merkle.errors import IntegrityError, NotFoundError
+from merkle.gc.collect import Notify
 from merkle.gc.collect import gc as collect
 from merkle.gc.fanout import (
     DELETE_BATCH,
@@ -215,14 +216,16 @@ def gc(
     *,
     tasks: int | None = None,
     frontier: int = 64,
+    progress: Progress | None = None,
+    notify: Notify | None = None,
     **options: Any,
 ) -> GCReport:
     """``merkle.gc`` on the lake at ``lake``, its marking, listing and deleting on Spark.
 
     Same arguments and report as :func:`merkle.gc` (``options``: store
-    options such as ``endpoint_url``); ``tasks`` bounds the tasks of each
-    step, ``frontier`` is how many nodes one level must hold before marking
-    fans out.
+    options such as ``endpoint_url``; ``progress`` and ``notify`` as there);
+    ``tasks`` bounds the tasks of each step, ``frontier`` is how many nodes
+    one level must hold before marking fans out.
     """
     ref = lake_ref(lake, options)
     conn = open_lake(ref)
@@ -233,5 +236,7 @@ def gc(
         keep_versions=keep_versions,
         keep_within=keep_within,
         grace=grace,
+        progress=progress,
+        notify=notify,
         fanout=fanout,
     )

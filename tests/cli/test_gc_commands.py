@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
+
+import pytest
 
 import merkle
 
@@ -56,6 +59,20 @@ def test_gc_bad_input_is_one_line(run: Run, conn: merkle.Connection) -> None:
     assert "bad duration '7x'" in run.fails("gc", "--keep-within", "7x")
     assert "keep_versions" in run.fails("gc", "--keep-versions", "0")
     assert run("gc", "--keep-versions", "many").exit_code == 2  # click's usage error
+
+
+def test_gc_spark_without_pyspark_is_one_line(
+    run: Run, lake_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where pyspark is not installed (a None in sys.modules makes its import fail)."""
+    _history(lake_uri)
+    blocks = _block_count(lake_uri)
+    for name in ("pyspark", "pyspark.errors", "pyspark.sql", "py4j", "py4j.protocol"):
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.delitem(sys.modules, "merkle.spark", raising=False)
+    error = run.fails("gc", "--spark", "local[2]", "--grace", "0s")
+    assert "merkle gc --spark needs pyspark: pip install 'merkle-db[spark]'" in error
+    assert _block_count(lake_uri) == blocks
 
 
 def test_gc_on_a_missing_lake(tmp_path: Path) -> None:

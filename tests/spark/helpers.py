@@ -62,3 +62,28 @@ def straddling_table(conn: merkle.Connection) -> merkle.Database:
     db = db.delete("orders", [150, 305, 7]).commit()
     patches = {130: {"who": "patched"}, 250: {"amount": 25.0}, 320: {"amount": None}}
     return db.update("orders", patches).commit()
+
+
+def gc_history(conn: merkle.Connection) -> None:
+    """Versions that share most blocks, a dropped table, a dropped database, pending batches."""
+    db = conn.create_db("shop").create_table("t", key="id", tablet_size_limit=40)
+    db = db.create_table("u", key="k", patch_limit=5, patch_share=0)
+    db = db.write("t", [{"id": i, "v": i} for i in range(400)]).compact("t").commit()
+    for step in range(6):
+        changed = [{"id": (step * 53 + j * 7) % 500, "v": -step} for j in range(30)]
+        db = db.write("t", changed).delete("t", [step * 11]).commit()
+        db = db.write("u", [{"k": step, "w": str(step)}]).commit()
+    db = db.compact("t").drop_table("u").commit()
+    conn.create_db("tmp").create_table("x", key="k").write("x", [{"k": 1}]).commit()
+    conn.drop_db("tmp")
+
+
+def copy_lake(source: Lake, target: Lake) -> None:
+    """Every object of ``source`` into the empty ``target`` (the same lake, twice)."""
+    with source.open() as a, target.open() as b:
+        b.put_many((info.key, a.get(info.key)) for info in a.list(""))
+
+
+def block_names(conn: merkle.Connection) -> set[str]:
+    """The CID of every block stored in the lake, as text."""
+    return {str(cid) for cid, _ in conn.blocks.list()}

@@ -1,0 +1,83 @@
+"""``merkle gc --spark MASTER``: the command runs ``merkle.spark.gc`` on a Spark of its own.
+
+The command runs as a user runs it: a process of its own, which starts Spark
+on ``local[2]`` and stops it. Two copies of one lake get the same history;
+``merkle.gc`` collects one, the command the other, and the two must free
+the same blocks. A master Spark cannot use is one line on stderr and exit
+status 1, with Spark's own start-up output kept out of it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli.helpers import assert_one_error_line, process_env
+from conftest import Lake, make_lake
+
+import merkle
+from merkle.blocks.codec import decode_node
+
+from .helpers import block_names, copy_lake, gc_history
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = Path(sys.executable).with_name("merkle")
+
+
+def _merkle(lake: Lake, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(SCRIPT), *args],
+        env=process_env(lake.uri),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_gc_spark_frees_what_merkle_gc_frees(
+    tmp_path: Path, request: pytest.FixtureRequest, lake_conn: Any
+) -> None:
+    lakes = [make_lake("file", tmp_path / "a", request), make_lake("file", tmp_path / "b", request)]
+    conn = lake_conn(lakes[0])
+    gc_history(conn)
+    conn.close()
+    copy_lake(lakes[0], lakes[1])
+    here = merkle.gc(lake_conn(lakes[0]), keep_versions=2, grace="0s")
+
+    args = ("gc", "--spark", "local[2]", "--keep-versions", "2", "--grace", "0s")
+    done = _merkle(lakes[1], *args, "--format", "json")
+
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # Spark's start-up notices are kept out of the output
+    record = json.loads(done.stdout)
+    assert record["blocks_freed"] == here.blocks_freed > 0
+    assert record["blocks_kept"] == here.blocks_kept
+    assert {"seconds_mark", "seconds_list", "seconds_sweep"} <= set(record)
+    there = lake_conn(lakes[1])
+    saved = decode_node(there.store.get(record["report"]))
+    assert sorted(saved["freed"]) == sorted(str(cid) for cid in here.freed)
+    assert any("Spark tasks" in note for note in saved["notes"])
+    assert block_names(there) == block_names(lake_conn(lakes[0]))
+    assert merkle.verify(there).ok
+
+
+def test_a_master_spark_cannot_use_is_one_line(
+    tmp_path: Path, request: pytest.FixtureRequest, lake_conn: Any
+) -> None:
+    lake = make_lake("file", tmp_path / "lake", request)
+    gc_history(lake_conn(lake))
+    before = block_names(lake_conn(lake))
+
+    done = _merkle(lake, "gc", "--spark", "nowhere://at-all", "--grace", "0s")
+
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""
+    assert_one_error_line(done.stderr)
+    assert "could not start Spark on 'nowhere://at-all'" in done.stderr
+    assert "Master must" in done.stderr  # Spark's own reason, from the JVM's output
+    assert block_names(lake_conn(lake)) == before
