@@ -1,7 +1,8 @@
 """``merkle gc --spark MASTER``: the command runs ``merkle.spark.gc`` on a Spark of its own.
 
 The command runs as a user runs it: a process of its own, which starts Spark
-on ``local[2]`` and stops it. Two copies of one lake get the same history;
+on ``local[2]`` and stops it. Two copies of one lake (files, or S3 over
+moto's HTTP server) get the same history;
 ``merkle.gc`` collects one, the command the other, and the two must free
 the same blocks. A master Spark cannot use is one line on stderr and exit
 status 1, with Spark's own start-up output kept out of it.
@@ -30,8 +31,10 @@ SCRIPT = Path(sys.executable).with_name("merkle")
 
 
 def _merkle(lake: Lake, *args: str) -> subprocess.CompletedProcess[str]:
+    """``merkle`` in a process of its own on ``lake`` (its store options as ``--option``)."""
+    options = [f"--option={name}={value}" for name, value in lake.options.items()]
     return subprocess.run(
-        [str(SCRIPT), *args],
+        [str(SCRIPT), *options, *args],
         env=process_env(lake.uri),
         capture_output=True,
         text=True,
@@ -39,10 +42,12 @@ def _merkle(lake: Lake, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.parametrize("kind", ["file", pytest.param("s3", marks=pytest.mark.s3)])
 def test_gc_spark_frees_what_merkle_gc_frees(
-    tmp_path: Path, request: pytest.FixtureRequest, lake_conn: Any
+    tmp_path: Path, request: pytest.FixtureRequest, lake_conn: Any, kind: str
 ) -> None:
-    lakes = [make_lake("file", tmp_path / "a", request), make_lake("file", tmp_path / "b", request)]
+    """On S3 the store options reach the Spark tasks through ``--option``."""
+    lakes = [make_lake(kind, tmp_path / "a", request), make_lake(kind, tmp_path / "b", request)]
     conn = lake_conn(lakes[0])
     gc_history(conn)
     conn.close()
