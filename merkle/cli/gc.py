@@ -23,7 +23,7 @@ from typing import IO, Any
 import click
 
 import merkle
-from merkle.cli.common import CliError, CliState, connection, one_line, say
+from merkle.cli.common import CliError, CliState, connection, say
 from merkle.cli.output import default_format, emit_record, format_option
 from merkle.gc import GCReport, VerifyReport
 
@@ -183,16 +183,21 @@ def _spark_gc(master: str, settings: dict[str, Any]) -> GCReport:
         try:
             session = merkle.spark.session(master, "merkle gc")
         except Exception as exc:  # no Java, a master that cannot be parsed or reached, ...
-            said = _last_line(aside)
+            # When the JVM exits at once, only what it printed says why.
+            aside.seek(0)
+            printed = aside.read().decode(errors="replace")
+            reason = _reason(printed if "JAVA_GATEWAY_EXITED" in str(exc) else str(exc))
             raise CliError(
-                f"could not start Spark on {master!r}: {said or _first_line(exc)} (it needs "
+                f"could not start Spark on {master!r}: {reason or type(exc).__name__} (it needs "
                 "Java 17 or newer and a master such as local[4] or spark://host:7077; "
                 "see doc/spark.md)"
             ) from None
     try:
         return merkle.spark.gc(session, state.lake, **settings, **state.options)
     except (PySparkException, Py4JError) as exc:
-        raise CliError(f"the collection's Spark job failed: {_first_line(exc)}") from None
+        raise CliError(
+            f"the collection's Spark job failed: {_reason(str(exc)) or type(exc).__name__}"
+        ) from None
     finally:
         session.stop()
 
@@ -216,22 +221,21 @@ def _jvm_output_aside() -> Iterator[IO[bytes]]:
                 os.close(copy)
 
 
-def _last_line(aside: IO[bytes]) -> str:
-    """Why the JVM could not start, from what it wrote aside: its exception's message,
-    else its last line that is not a stack frame (e.g. that there is no Java)."""
-    aside.seek(0)
-    lines = [line.strip() for line in aside.read().decode(errors="replace").splitlines()]
-    for line in lines:
-        if line.startswith("Exception in thread") and ": " in line:
+def _reason(text: str) -> str:
+    """The line of Spark's report that says what went wrong, for a one-line error: a
+    merkle-db error raised in a task, else the first line naming an exception (its
+    message), else the first line that is not a stack frame or a JVM warning."""
+    # py4j starts the Java exception's line with ": "
+    lines = [line.strip().removeprefix(": ") for line in text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if line.startswith("merkle.errors.") and ": " in line:
             return line.split(": ", 1)[1][:300]
-    said = [line for line in lines if line and not line.startswith(("at ", "..."))]
-    return said[-1][:300] if said else ""
-
-
-def _first_line(exc: BaseException) -> str:
-    """The first non-empty line of an exception's message (Spark's run to pages)."""
-    text = one_line(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
-    return text[:300]
+    for line in lines:
+        head, sep, message = line.partition(": ")
+        if sep and message and head.endswith(("Exception", "Error")):
+            return message[:300]
+    plain = [line for line in lines if not line.startswith(("at ", "...", "WARNING:"))]
+    return plain[0][:300] if plain else ""
 
 
 def _verify_record(report: VerifyReport) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from conftest import Lake, make_lake
 
 import merkle
 from merkle.blocks.codec import decode_node
+from merkle.cli.gc import _reason
 
 from .helpers import block_names, copy_lake, gc_history
 
@@ -86,3 +87,40 @@ def test_a_master_spark_cannot_use_is_one_line(
     assert "could not start Spark on 'nowhere://at-all'" in done.stderr
     assert "Master must" in done.stderr  # Spark's own reason, from the JVM's output
     assert block_names(lake_conn(lake)) == before
+
+
+def test_no_java_is_one_line(
+    tmp_path: Path, request: pytest.FixtureRequest, lake_conn: Any
+) -> None:
+    """A JAVA_HOME that holds no Java: the line says what Spark's launcher said."""
+    lake = make_lake("file", tmp_path / "lake", request)
+    gc_history(lake_conn(lake))
+    env = {**process_env(lake.uri), "JAVA_HOME": str(tmp_path / "no-java")}
+    done = subprocess.run(
+        [str(SCRIPT), "gc", "--spark", "local[2]"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 1, done.stderr
+    assert_one_error_line(done.stderr)
+    assert "could not start Spark on 'local[2]'" in done.stderr
+    assert "no-java/bin/java" in done.stderr
+    assert "Java 17 or newer" in done.stderr
+
+
+def test_a_merkle_error_in_a_task_is_the_line_reported() -> None:
+    """What py4j reports for a job whose task raised (shortened from a real one)."""
+    report = (
+        "An error occurred while calling o51.collect.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in "
+        "stage 0.0 failed 1 times: org.apache.spark.api.python.PythonException: "
+        "Traceback (most recent call last):\n"
+        '  File "/lib/merkle/gc/mark.py", line 80, in walk\n'
+        "merkle.errors.MissingBlockError: block bafyx is missing from file:///lake\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handle(x.scala:1)\n"
+    )
+    assert _reason(report) == "block bafyx is missing from file:///lake"
+    java = ": org.apache.spark.SparkException: Could not parse Master URL: 'x'\n\tat o.a.s.S(S:1)"
+    assert _reason(java) == "Could not parse Master URL: 'x'"
