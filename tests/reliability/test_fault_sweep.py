@@ -14,10 +14,12 @@ with that one fault, and a fresh connection checks:
 
 Memory and file stores run every position and kind (about 260 runs, 6 s
 and 16 s on a fast machine). S3 (moto over HTTP, 2-9 s a run) is a sample of
-what depends on the backend: every object write applied with its reply lost,
-and a failure of every 48th read; slow. ``make_durable`` and
-``remove_stale_temporaries`` do nothing on S3, so a fault there is the
-memory sweep's fault again and the S3 plan leaves them out.
+what depends on the backend, a write that S3 applied but whose reply was
+lost: every conditional put (the journal's compare-and-set), and the first
+and every third call of each other write; slow. A failed read, or a fault
+in ``make_durable`` or ``remove_stale_temporaries`` (which do nothing on
+S3), never reaches the backend: the fault store raises it, so it is the
+memory sweep's fault again, and the S3 plan leaves them out.
 
 A fault is addressed as "the n-th call of this operation", not as the k-th
 call of all: whether a writer refreshes (``touch``) a block it re-puts
@@ -45,13 +47,13 @@ from merkle.storage import ObjectStore, open_store
 from .faults import BULK_WRITES, READS, Fault, FaultKind, FaultyStore
 from .scenario import check_lake, run_scenario
 
-#: The S3 sweep fails every n-th read; every write is applied with its reply lost.
-S3_READ_STRIDE = 48
-
 #: Calls the S3 plan leaves out: ``touch`` is made or not by the second-resolution
 #: clock (see the module doc); the other two do nothing on S3, so a fault there is
 #: the memory sweep's fault again.
 S3_LEFT_OUT = frozenset({"touch", "make_durable", "remove_stale_temporaries"})
+#: The S3 sweep applies every n-th call of a write (and its first) with the reply lost,
+#: and every conditional put.
+S3_WRITE_STRIDE = 3
 
 
 def kinds_at(op: str) -> tuple[FaultKind, ...]:
@@ -116,11 +118,14 @@ def test_single_faults_on_s3(moto_endpoint: str) -> None:
     bucket = new_bucket(moto_endpoint)
     options = {"endpoint_url": moto_endpoint, "region_name": "us-east-1", "max_attempts": 1}
 
+    calls: Counter[str] = Counter()  # the plan is asked in call order
+
     def plan(k: int, op: str) -> tuple[FaultKind, ...]:
-        if op in S3_LEFT_OUT:
+        if op in S3_LEFT_OUT or op in READS:
             return ()
-        if op in READS:
-            return ("refused",) if k % S3_READ_STRIDE == 0 else ()
-        return ("applied",)
+        calls[op] += 1
+        if op == "put_if_absent" or calls[op] == 1 or calls[op] % S3_WRITE_STRIDE == 0:
+            return ("applied",)
+        return ()
 
     sweep(lambda name: open_store(f"s3://{bucket}/{name}", **options), plan)
