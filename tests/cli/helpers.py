@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner, Result
 
 from merkle.cli.main import cli
+
+#: The ``merkle`` console script of the interpreter running the tests.
+SCRIPT = Path(sys.executable).with_name("merkle")
 
 
 def process_env(lake: str | None = None) -> dict[str, str]:

@@ -7,7 +7,6 @@ the load did before) and checks what it does now.
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,9 +16,7 @@ import pytest
 import merkle
 from merkle.cli import sources
 
-from .helpers import Run, assert_one_error_line, process_env
-
-SCRIPT = Path(sys.executable).with_name("merkle")
+from .helpers import SCRIPT, Run, assert_one_error_line, process_env
 
 
 @pytest.fixture

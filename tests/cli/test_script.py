@@ -5,14 +5,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from .helpers import assert_one_error_line, process_env
-
-SCRIPT = Path(sys.executable).with_name("merkle")
+from .helpers import SCRIPT, assert_one_error_line, process_env
 
 
 def merkle(

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli.helpers import assert_one_error_line, process_env
+from cli.helpers import SCRIPT, assert_one_error_line, process_env
 from conftest import Lake, make_lake
 
 import merkle
@@ -28,15 +27,14 @@ from .helpers import block_names, copy_lake, gc_history
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = Path(sys.executable).with_name("merkle")
 
-
-def _merkle(lake: Lake, *args: str) -> subprocess.CompletedProcess[str]:
-    """``merkle`` in a process of its own on ``lake`` (its store options as ``--option``)."""
+def _merkle(lake: Lake, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``merkle`` in a process of its own on ``lake`` (its store options as ``--option``),
+    with ``env`` added to its environment."""
     options = [f"--option={name}={value}" for name, value in lake.options.items()]
     return subprocess.run(
         [str(SCRIPT), *options, *args],
-        env=process_env(lake.uri),
+        env={**process_env(lake.uri), **env},
         capture_output=True,
         text=True,
         timeout=600,
@@ -95,14 +93,7 @@ def test_no_java_is_one_line(
     """A JAVA_HOME that holds no Java: the line says what Spark's launcher said."""
     lake = make_lake("file", tmp_path / "lake", request)
     gc_history(lake_conn(lake))
-    env = {**process_env(lake.uri), "JAVA_HOME": str(tmp_path / "no-java")}
-    done = subprocess.run(
-        [str(SCRIPT), "gc", "--spark", "local[2]"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _merkle(lake, "gc", "--spark", "local[2]", JAVA_HOME=str(tmp_path / "no-java"))
     assert done.returncode == 1, done.stderr
     assert_one_error_line(done.stderr)
     assert "could not start Spark on 'local[2]'" in done.stderr
