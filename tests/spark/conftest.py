@@ -28,9 +28,12 @@ JAVA_MISSING = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every Spark test in one xdist group (``make test`` runs ``--dist loadgroup``): one
-    worker starts the one JVM, instead of every worker starting its own."""
+    worker starts the one JVM, instead of every worker starting its own. It runs before
+    xdist's own hook, which reads the group marks: after it, a mark added here was
+    ignored and both workers ran Spark tests, each with a JVM of its own."""
     for item in items:
         if "tests/spark/" in item.nodeid:
             item.add_marker(pytest.mark.xdist_group("spark"))
