@@ -1,6 +1,6 @@
 """The scale curve: merkle-db, Lance and Delta Lake at 1M, 10M and 30M rows, same run.
 
-Issue 13. For each size one table (``bench.compare.make_table``: a shuffled
+Issue 13. For each size one table (``bench.sides.make_table``: a shuffled
 int64 key, two strings, a double, a timestamp) is loaded into all three
 stores on the local disk, then each operation runs on each store in turn:
 
@@ -57,7 +57,7 @@ import pyarrow as pa
 
 import merkle
 from bench.common import fmt_bytes, fmt_duration, markdown_table, temp_dir
-from bench.compare import (
+from bench.sides import (
     DELTA,
     LANCE,
     MERKLE,

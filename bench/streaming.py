@@ -1,6 +1,6 @@
 """Streaming full scans and partial updates: merkle-db beside Delta Lake and Lance (issue 11).
 
-One generated table (``bench.compare.make_table``: 1,000,000 rows, a
+One generated table (``bench.sides.make_table``: 1,000,000 rows, a
 shuffled int64 key and four typed columns) is loaded into all three stores
 on the local disk. Then, competitors taking turns round by round (in an
 order shuffled each round, see ``bench.common.time_interleaved``):
@@ -35,7 +35,7 @@ import pyarrow as pa
 
 import merkle
 from bench.common import fmt_duration, markdown_table, temp_dir, time_interleaved
-from bench.compare import DB, KEY, TABLE, make_table
+from bench.sides import DB, KEY, TABLE, make_table
 
 __all__ = ["run"]
 
