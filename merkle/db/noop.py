@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from merkle.db.ops import Delete, DeleteWhere, Update, Upsert, Write
 from merkle.db.tablestate import TableState
+from merkle.tablets.diff import as_bits
 from merkle.tablets.keyindex import combine
 from merkle.tablets.patches import Patches, apply_patches
 from merkle.tablets.rows import SortedRows
@@ -123,6 +124,14 @@ def _compact(table: pa.Table) -> pa.Table:
 
 
 def _equal(a: pa.Table, b: pa.Table) -> bool:
+    """Whether two tables hold the same values bit for bit.
+
+    Arrow's ``equals`` compares floats as numbers: -0.0 equals 0.0 (so a commit
+    that only changed a sign would be dropped as "no change") and NaN equals no
+    NaN (so reloading a file holding one made a new version every time).
+    Floats are compared as their bits instead, as the stored blocks would be.
+    """
     return a.column_names == b.column_names and all(
-        x.type == y.type and x.equals(y) for x, y in zip(a.columns, b.columns, strict=True)
+        x.type == y.type and as_bits(x).equals(as_bits(y))
+        for x, y in zip(a.columns, b.columns, strict=True)
     )

@@ -42,6 +42,7 @@ from merkle.tablets.tree import Tree
 __all__ = [
     "ChangeCounts",
     "ChangeSet",
+    "as_bits",
     "count_changes",
     "diff_tables",
     "rows_equal",
@@ -327,7 +328,7 @@ def rows_equal(left: pa.Table, right: pa.Table, key_field: str) -> np.ndarray:
 
     A missing column and a null are the same (None is absent); CBOR cells
     whose bytes differ are compared as decoded values (a map written in
-    another order is equal); NaN equals NaN.
+    another order is equal); NaN equals NaN, and -0.0 differs from 0.0.
     """
     n = left.num_rows
     if not n:
@@ -362,9 +363,13 @@ def _values_equal(
     """Where both cells are non-null: whether they are equal."""
     out = np.zeros(len(x), dtype=bool)
     try:
-        out = _flags(pc.equal(x, y))
         if pa.types.is_floating(field.type):
+            # As bits, so that -0.0 differs from 0.0 (a change a merge must carry).
+            width = _FLOAT_BITS[field.type.bit_width]
+            out = _flags(pc.equal(x.view(width), y.view(width)))
             out |= _flags(pc.is_nan(x)) & _flags(pc.is_nan(y))
+        else:
+            out = _flags(pc.equal(x, y))
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, TypeError):
         pass
     else:
@@ -379,6 +384,36 @@ def _values_equal(
         for i, p, q in zip(todo, left, right, strict=True):
             out[i] = _same(p, q)
     return out
+
+
+_FLOAT_BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
+
+
+def as_bits(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``column`` with every floating-point value (nested ones too) viewed as the
+    integer of its width, so that comparing it compares stored bits: Arrow
+    compares floats as numbers (-0.0 equals 0.0, NaN equals no NaN)."""
+    bits = _bits_type(column.type)
+    if bits == column.type:
+        return column
+    return pa.chunked_array([chunk.view(bits) for chunk in column.chunks], bits)
+
+
+def _bits_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with each floating-point type replaced by the integer type of its width."""
+    if pa.types.is_floating(t):
+        return _FLOAT_BITS[t.bit_width]
+    if pa.types.is_map(t):
+        return pa.map_(_bits_type(t.key_type), _bits_type(t.item_type), t.keys_sorted)
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_bits_type(t.value_type)))
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_bits_type(t.value_type)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(_bits_type(t.value_type)), t.list_size)
+    if pa.types.is_struct(t):
+        return pa.struct([field.with_type(_bits_type(field.type)) for field in t])
+    return t
 
 
 def _flags(array: pa.Array) -> np.ndarray:

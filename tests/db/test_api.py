@@ -9,6 +9,7 @@ commit and a re-open.
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -263,6 +264,34 @@ def test_noop_commit_returns_db_unchanged(conn: merkle.Connection) -> None:
     assert db.delete("t", []) is db
     assert snapshot(conn.store).journal == before.journal
     assert [e.version for e in conn.history("shop")] == [1, 0]
+
+
+@pytest.mark.parametrize("as_arrow", [True, False], ids=["arrow", "records"])
+def test_a_commit_that_only_flips_the_sign_of_zero_is_kept(
+    conn: merkle.Connection, as_arrow: bool
+) -> None:
+    """Arrow compares -0.0 equal to 0.0: the no-change check must compare bits, or
+    the commit is dropped and the new value lost."""
+    db = conn.create_db("shop").create_table("t", key="k")
+    db = db.write("t", pa.table({"k": [1, 2], "v": [0.0, 1.5]})).commit()
+    rows = pa.table({"k": [1], "v": [-0.0]}) if as_arrow else [{"k": 1, "v": -0.0}]
+    done = db.write("t", rows).commit()
+    assert done.version == db.version + 1
+    value = conn.open_db("shop").get_records("t", [1])[1]["v"]
+    assert math.copysign(1.0, value) == -1.0
+    counts = done.diff(db.version)["t"].counts()
+    assert (counts.inserted, counts.updated, counts.deleted) == (0, 1, 0)
+
+
+def test_writing_the_same_nan_again_changes_nothing(conn: merkle.Connection) -> None:
+    """NaN equals no NaN in Arrow: rewriting a row that holds one made a new, empty
+    version every time."""
+    db = conn.create_db("shop").create_table("t", key="k")
+    rows = pa.table({"k": [1, 2], "v": [float("nan"), 2.0], "w": [[float("nan")], None]})
+    db = db.write("t", rows).commit()
+    assert db.write("t", rows).commit().version == db.version
+    assert db.write("t", rows.slice(1)).commit().version == db.version
+    assert max(e.version for e in conn.history("shop")) == db.version
 
 
 # -- tables --------------------------------------------------------------------------
