@@ -69,13 +69,29 @@ def _lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str
     return node
 
 
-def _still_kept(refs: RefManager, tags: TagManager, db: str, version: int, root: str) -> bool:
-    """Whether the journal (or a tag) still holds ``db`` at ``version`` with ``root``."""
+def _still_kept(
+    refs: RefManager,
+    tags: TagManager,
+    db: str,
+    version: int,
+    root: str,
+    *,
+    besides: str | None = None,
+) -> bool:
+    """Whether the journal (or a tag other than ``besides``) still holds ``db`` at
+    ``version`` with ``root``.
+
+    ``besides``: a tag being made, which cannot vouch for itself: a collection
+    that trimmed the version before the tag was written may have freed its
+    blocks already.
+    """
     try:
         return refs.get(db, version).root == root
     except NotFoundError:
-        tag = tags.keeping(db, version)
-        return tag is not None and tag.root == root
+        return any(
+            tag.version == version and tag.root == root and tag.name != besides
+            for tag in tags.list(db)
+        )
 
 
 class Connection:
@@ -167,9 +183,10 @@ class Connection:
 
     # -- leases ----------------------------------------------------------------------
 
-    def _still_kept(self, db: str, version: int, root: str) -> bool:
-        """Whether the journal (or a tag) still holds ``db`` at ``version`` with ``root``."""
-        return _still_kept(self.refs, self.tag_refs, db, version, root)
+    def _still_kept(self, db: str, version: int, root: str, *, besides: str | None = None) -> bool:
+        """Whether the journal (or a tag other than ``besides``) still holds ``db`` at
+        ``version`` with ``root``."""
+        return _still_kept(self.refs, self.tag_refs, db, version, root, besides=besides)
 
     def writer_lease(
         self, db: str | None = None
@@ -486,7 +503,7 @@ class Connection:
             raise NotFoundError(f"version {entry.version} of {db!r} is a drop; it cannot be tagged")
         with self.writer_lease(db):
             made = self.tag_refs.create(entry, name, author=author, message=message)
-            if not self._still_kept(db, entry.version, entry.root):
+            if not self._still_kept(db, entry.version, entry.root, besides=name):
                 self.tag_refs.delete(db, name)  # trimmed (and maybe collected) meanwhile
                 raise NotFoundError(
                     f"version {entry.version} of {db!r} was removed by retention while it "

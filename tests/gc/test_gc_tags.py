@@ -78,3 +78,40 @@ def test_a_tag_keeps_a_dropped_database_version(conn: merkle.Connection) -> None
     report = merkle.verify(conn)
     assert report.ok
     assert report.unreachable_blocks == 0  # what the tag keeps is reachable, not garbage
+
+
+def test_a_tag_of_a_version_collected_before_its_lease_is_refused(
+    lake: Lake, conn: merkle.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``tag`` resolves the version, then takes its writer lease: a collection that
+    trims the version and frees its blocks in between must make the tag fail. The
+    check after writing the tag found the new tag itself keeping the version, so
+    the tag was made for freed blocks and every later collection stopped on it."""
+    _versions(conn)
+    old = 2
+    other = merkle.connect(lake.uri, **lake.options)
+    real = conn.writer_lease
+
+    def collect_first(db: str | None = None) -> object:
+        monkeypatch.setattr(conn, "writer_lease", real)
+        other.open_db("shop").write("t", [{"k": 100}]).commit()
+        assert merkle.gc(other, keep_versions=1, grace="0s").blocks_freed > 0
+        return real(db)
+
+    monkeypatch.setattr(conn, "writer_lease", collect_first)
+    with pytest.raises(NotFoundError, match="removed by retention while it was being tagged"):
+        conn.tag("shop", "late", version=old)
+    assert conn.tags("shop") == []
+    other.close()
+    # Nothing was left for the next collection to trip on.
+    merkle.gc(conn, keep_versions=1, grace="0s")
+    assert merkle.verify(conn).ok
+
+
+def test_a_tag_of_a_trimmed_version_another_tag_keeps_is_made(conn: merkle.Connection) -> None:
+    _versions(conn)
+    conn.tag("shop", "first", version=2)
+    merkle.gc(conn, keep_versions=1, grace="0s")
+    made = conn.tag("shop", "second", version=2)
+    assert [t.name for t in conn.tags("shop")] == ["first", "second"]
+    assert made.root == conn.open_db("shop", tag="first").root
