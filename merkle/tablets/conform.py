@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from merkle.errors import SchemaError, UsageError
 from merkle.lazy import compute as pc
+from merkle.tablets.freeform import in_micros
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
 from merkle.tablets.schema import (
     composite_column,
@@ -529,10 +530,12 @@ def present_records(
             index = key.fields.index(name)
             values: list[Any] = [k[index] for k in keys] if key.composite else keys
         elif name in raw.column_names:
-            column = _restore(raw.column(name), field.type)
+            column = in_micros(_restore(raw.column(name), field.type), name)
             utc = pa.types.is_timestamp(field.type) and field.type.tz in ("UTC", "+00:00")
             if is_free(field) or utc:  # UTC times as datetime.UTC, as keys and CBOR give them
-                values = column_values(pa.table([column], schema=pa.schema([field])), name)
+                values = column_values(
+                    pa.table([column], schema=pa.schema([field.with_type(column.type)])), name
+                )
             else:
                 values = column.to_pylist()
         else:

@@ -37,6 +37,7 @@ __all__ = [
     "check_name",
     "column_values",
     "field_set",
+    "in_micros",
     "normalize_arrow",
     "records_to_arrow",
     "values_column",
@@ -221,7 +222,7 @@ def _readable(name: str) -> Iterator[None]:
     """
     try:
         yield
-    except IntegrityError:
+    except (IntegrityError, UsageError):  # UsageError: a value records cannot hold
         raise
     except (pa.ArrowException, ValueError, OverflowError, TypeError, RecursionError) as exc:
         raise IntegrityError(
@@ -237,10 +238,10 @@ def column_values(table: pa.Table, name: str) -> list[Any]:
 
 def _column_values(table: pa.Table, name: str) -> list[Any]:
     field = table.schema.field(name)
-    column = table.column(name)
+    column = in_micros(table.column(name), name)
     if is_cbor_field(field):
         return [None if data is None else _cbor_decode(data, name) for data in column.to_pylist()]
-    kind = field.type
+    kind = column.type
     if pa.types.is_timestamp(kind) and kind.tz is not None:
         # Arrow gives zoneinfo("UTC"); records use datetime.UTC, as CBOR and key codecs do.
         # The stored values are UTC instants: seen as naive timestamps without a cast.
@@ -248,6 +249,43 @@ def _column_values(table: pa.Table, name: str) -> list[Any]:
         naive = [value for chunk in column.chunks for value in chunk.view(naive_type).to_pylist()]
         return [None if value is None else value.replace(tzinfo=_UTC) for value in naive]
     return list(column.to_pylist())
+
+
+def in_micros(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
+    """A nanosecond time column (timestamp, time64, duration) in microseconds, the
+    finest unit of Python's datetime, time and timedelta; any other column as it is.
+
+    Records must not depend on what else is installed nor round silently:
+    pyarrow gives pandas objects for nanoseconds when pandas is importable,
+    raises a ValueError when it is not, and cuts a time64 to whole
+    microseconds without a word. A value with nanoseconds is a UsageError
+    naming the field: such a column is read as Arrow.
+    """
+    kind = column.type
+    if not (
+        pa.types.is_timestamp(kind) or pa.types.is_time64(kind) or pa.types.is_duration(kind)
+    ) or (kind.unit != "ns"):
+        return column
+    micros = (
+        pa.timestamp("us", kind.tz)
+        if pa.types.is_timestamp(kind)
+        else pa.time64("us")
+        if pa.types.is_time64(kind)
+        else pa.duration("us")
+    )
+    try:
+        return column.cast(micros)
+    except pa.ArrowInvalid:
+        import numpy as np  # only to name a value in the error
+
+        ticks = pa.chunked_array([c.view(pa.int64()) for c in column.chunks], pa.int64())
+        values = ticks.fill_null(0).to_numpy()
+        first = int(values[np.flatnonzero(values % 1000)[0]])
+        raise UsageError(
+            f"field {name!r} ({kind}) holds times to the nanosecond (e.g. {first} ns), "
+            "which Python's datetime types cannot hold: read it as Arrow (to_arrow, "
+            "to_batches, get_arrow), where every nanosecond is kept"
+        ) from None
 
 
 # -- user-supplied Arrow ------------------------------------------------------
