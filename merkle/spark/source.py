@@ -46,7 +46,7 @@ from merkle.tablets.keys import key_codec
 from merkle.tablets.ranges import KeyRanges
 from merkle.tablets.table import Table
 
-__all__ = ["MerkleDataSource", "MerklePartition", "MerkleReader"]
+__all__ = ["FILTERS_SCOPED_PER_SCAN", "MerkleDataSource", "MerklePartition", "MerkleReader"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +60,18 @@ class _Resolved:
     key_codec: str
     arrow: pa.Schema
     schema_json: str
+
+
+#: Whether pyspark keeps what ``pushFilters`` did to a reader within one scan. Through
+#: pyspark 4.3 it does not: the first scan whose filters a Python data source takes
+#: stores its planned read (the pruned reader and partitions) on the data source
+#: object that every later scan of the same DataFrame shares, so after
+#: ``df.where("id < 10").count()`` a plain ``df.count()``, ``df.write`` or
+#: ``merkle.spark.write(df)`` saw only those rows (apache/spark's PythonScanBuilder
+#: now keeps the read per scan; no release has it yet). Until one does, no filter
+#: is taken: Spark evaluates them after a full read, and the ``from_pk``/``to_pk``
+#: options (fixed per DataFrame) prune tablets instead.
+FILTERS_SCOPED_PER_SCAN = False
 
 
 class MerklePartition(InputPartition):
@@ -157,13 +169,21 @@ class MerkleReader(DataSourceReader):
         stored = [f.name for f in resolved.arrow if f.name not in resolved.key_fields]
         self.fields: tuple[str, ...] | None = None if set(stored) <= set(wanted) else tuple(wanted)
         self.convert = RowConverter.of(schema, resolved.arrow)
+        stored_types = StructType.fromJson(_loads(resolved.schema_json))
+        self.key_as_stored = all(
+            schema[key].dataType == stored_types[key].dataType for key in resolved.key_fields
+        )
         from_pk = None if read.from_pk is None else parse_key(codec, read.from_pk, "from_pk")
         to_pk = None if read.to_pk is None else parse_key(codec, read.to_pk, "to_pk")
         self.keys: KeyRanges = pk_bounds(codec, from_pk, to_pk)
         self.lease = _lease_version(read, resolved)
 
     def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 (pyspark name)
-        if len(self.key_fields) != 1:  # a composite key: Spark compares
+        if not (FILTERS_SCOPED_PER_SCAN and self.key_as_stored and len(self.key_fields) == 1):
+            # Spark compares: a pyspark that would reuse this pruned reader for later
+            # queries of the same DataFrame (FILTERS_SCOPED_PER_SCAN); a key read as
+            # another type (Spark compares the cast values: a FLOAT 0.1 is no DOUBLE 0.1
+            # key); a composite key.
             yield from filters
             return
         keys, rest = key_filters(filters, self.key_fields[0], key_codec(self.codec_spec))

@@ -10,9 +10,10 @@ import datetime
 from typing import Any
 
 import pytest
-from pyspark.sql.types import LongType, StringType, StructField, StructType
+from pyspark.sql.types import FloatType, LongType, StringType, StructField, StructType
 
 import merkle.spark
+import merkle.spark.source as source_module
 from merkle.errors import MerkleError
 from merkle.spark.source import MerkleDataSource
 
@@ -81,23 +82,46 @@ def _matches(where: str, row: dict[str, Any]) -> bool:
         return False
 
 
-def test_key_filters_are_pushed_and_prune_tablets(
-    spark: Any, file_lake: Any, lake_conn: Any
+def test_key_filters_prune_tablets_where_pyspark_scopes_them_per_scan(
+    spark: Any, file_lake: Any, lake_conn: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     conn = lake_conn(file_lake)
     straddling_table(conn)
     from pyspark.sql.datasource import EqualTo, GreaterThan, LessThanOrEqual
 
-    source = MerkleDataSource(
-        {"lake": file_lake.uri, "db": "shop", "table": "orders", "partition_bytes": "1"}
-    )
-    reader_ = source.reader(source.schema())
-    every = reader_.partitions()
-    assert len(every) == 4  # one per tablet: pending keys go to the tablet whose range holds them
+    options = {"lake": file_lake.uri, "db": "shop", "table": "orders", "partition_bytes": "1"}
     filters = [GreaterThan(("id",), 120), LessThanOrEqual(("id",), 160), EqualTo(("who",), "x")]
-    rest = list(reader_.pushFilters(filters))
-    assert rest == [filters[2]]  # the key filters are handled by the source
+    source = MerkleDataSource(options)
+    reader_ = source.reader(source.schema())
+    assert len(reader_.partitions()) == 4  # one per tablet: pending keys go where they belong
+    # This pyspark reuses a pruned reader for later queries: every filter goes back to Spark.
+    assert list(reader_.pushFilters(filters)) == filters
+    assert len(reader_.partitions()) == 4
+    monkeypatch.setattr(source_module, "FILTERS_SCOPED_PER_SCAN", True)
+    reader_ = source.reader(source.schema())
+    assert list(reader_.pushFilters(filters)) == [filters[2]]  # the key filters are the source's
     assert len(reader_.partitions()) == 2  # only the tablets over 100-149 and 150-199
+    # A key read as another type: Spark compares the cast values, so it keeps the filters.
+    as_float = StructType.fromJson(source.schema().jsonValue())
+    as_float.fields[0].dataType = FloatType()
+    reader_ = source.reader(StructType(as_float.fields))
+    assert list(reader_.pushFilters(filters)) == filters
+
+
+def test_a_filtered_query_leaves_later_queries_of_the_dataframe_whole(
+    spark: Any, file_lake: Any, lake_conn: Any
+) -> None:
+    """pyspark through 4.3 keeps the read planned for a scan whose filters the source took
+    and reuses it for every later scan of the same DataFrame: a count after a filtered
+    count saw only the filtered rows, and so did a write of the DataFrame."""
+    conn = lake_conn(file_lake)
+    db = straddling_table(conn)
+    every = arrow_rows(db.to_arrow("orders"))
+    df = reader(spark, file_lake, "shop", "orders").load()
+    assert df.where("id < 120").count() == sum(1 for r in every if r["id"] < 120)
+    assert df.count() == len(every)
+    assert df.where("id = 150").count() == sum(1 for r in every if r["id"] == 150)
+    assert spark_rows(df, "id") == every
 
 
 def test_options_key_range_and_fields(spark: Any, spark_lake: Any, lake_conn: Any) -> None:
