@@ -146,7 +146,9 @@ def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None
             if (
                 job.mode == "replace"
                 and len(key) == 1
-                and _ordered_like_spark(base.table, to_arrow_type(df.schema[key[0]].dataType))
+                and _ordered_like_spark(
+                    base.table, to_arrow_type(df.schema[key[0]].dataType, timezone="UTC")
+                )
             ):
                 partitions = max(2 * parallelism, df.rdd.getNumPartitions())
                 results = _write_ranged(df, job, key[0], partitions)

@@ -403,7 +403,9 @@ def table_settings(
     if opts.key_codec is not None:
         codec = key_codec(opts.key_codec)
     else:
-        codec = codec_for_types([to_arrow_type(schema[field].dataType) for field in fields])
+        codec = codec_for_types(
+            [to_arrow_type(schema[field].dataType, timezone="UTC") for field in fields]
+        )
     return TableSettings(fields, codec.spec)
 
 

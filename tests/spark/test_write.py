@@ -220,3 +220,28 @@ def test_write_errors_are_clear(spark: Any, file_lake: Any, lake_conn: Any) -> N
         merkle.spark.write(df.selectExpr("who"), file_lake.uri, "shop", "orders")
     assert committed_table(conn.open_db("shop"), "orders").count == 201
     assert isinstance(spark_rows(reader(spark, file_lake, "shop", "orders").load(), "id"), list)
+
+
+def test_a_table_keyed_by_a_timestamp_is_written_every_way(
+    spark: Any, file_lake: Any, lake_conn: Any
+) -> None:
+    """pyspark's Arrow type of a TIMESTAMP needs a time zone: without one, a new table
+    keyed by a timestamp and an overwrite of one failed with a bare AssertionError."""
+    import datetime
+
+    conn = lake_conn(file_lake)
+    conn.create_db("d")
+    start = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
+    rows = [(start + datetime.timedelta(hours=i), i) for i in range(5)]
+    df = spark.createDataFrame(rows, "k timestamp, v int")
+    merkle.spark.write(df, file_lake.uri, "d", "bulk", key="k")
+    df.coalesce(1).write.format("merkle").option("lake", file_lake.uri).option("db", "d").option(
+        "table", "source"
+    ).option("key", "k").mode("append").save()
+    merkle.spark.write(df.where("v < 2"), file_lake.uri, "d", "bulk", mode="overwrite")
+    db = conn.open_db("d")
+    assert db.describe_table("bulk")["key_codec"] == "timestamp"
+    assert [r["v"] for r in db.scan("source")] == [0, 1, 2, 3, 4]
+    assert db.get_records("source", [start])[start]["v"] == 0
+    assert [r["v"] for r in db.scan("bulk")] == [0, 1]
+    check_table(conn, "d", "bulk")
