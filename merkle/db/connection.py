@@ -42,10 +42,17 @@ _CREATE_ATTEMPTS = 8
 #: The lake's settings object, written once when the lake is first used.
 CONFIG_KEY = "config"
 CONFIG_TYPE = "merkle/lake"
+#: The hashes a lake's blocks may be addressed by (chosen when the lake is made).
+LAKE_HASHES = ("blake3", "sha2-256")
 
 
 def _lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str, Any]:
     """Read the lake's settings, creating them (with ``hash``) on a new lake if ``create``."""
+    if hash is not None and hash not in LAKE_HASHES:
+        raise UsageError(
+            f"hash={hash!r} is not a hash merkle-db stores blocks with: use one of "
+            f"{', '.join(LAKE_HASHES)} (or leave it out: an existing lake keeps its own)"
+        )
     try:
         node = decode_node(store.get(CONFIG_KEY))
     except NotFoundError:
@@ -59,7 +66,7 @@ def _lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str
             node = decode_node(store.get(CONFIG_KEY))  # another process created it first
     node = check_node(node, CONFIG_TYPE, where=f"{CONFIG_KEY} in {store.uri}")
     found = node.get("hash")
-    if found not in ("blake3", "sha2-256"):
+    if found not in LAKE_HASHES:
         raise IntegrityError(f"lake {store.uri} names an unknown hash {found!r} in {CONFIG_KEY}")
     if hash is not None and hash != found:
         raise UsageError(

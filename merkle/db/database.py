@@ -23,6 +23,7 @@ from merkle.db.dbroot import DbRoot
 from merkle.db.inputs import (
     as_rows,
     check_fields,
+    check_key_fields,
     check_keys,
     check_metadata,
     check_table_name,
@@ -233,10 +234,11 @@ class Database(RecordOps):
             )
         import uuid  # the table's identity: only a new table needs one
 
+        key = check_key_fields(key, name)
         limits = check_limits(tablet_size_limit, branching_factor, patch_limit, patch_share)
         op = db_ops.CreateTable(
             name,
-            key if isinstance(key, str) else tuple(key),
+            key,
             key_codec
             if key_codec is None or isinstance(key_codec, str)
             else "tuple(" + ",".join(key_codec) + ")",

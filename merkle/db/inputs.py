@@ -22,6 +22,7 @@ from merkle.tablets.conform import KeyLayout
 __all__ = [
     "as_rows",
     "check_fields",
+    "check_key_fields",
     "check_keys",
     "check_metadata",
     "check_table_name",
@@ -164,3 +165,15 @@ def check_metadata(value: Any, what: str) -> Any:
     except UsageError as exc:
         raise UsageError(f"{what} cannot be stored: {exc}") from None
     return value
+
+
+def check_key_fields(key: Any, table: str) -> str | tuple[str, ...]:
+    """A table's key as given to ``create_table``: one field name, or several (a composite
+    key) as a tuple; UsageError for anything else (None, a number, an empty list)."""
+    if isinstance(key, str):
+        return key
+    if isinstance(key, Sequence) and key and all(isinstance(k, str) for k in key):
+        return tuple(key)
+    raise UsageError(
+        f"key of table {table!r} must be a field name or a list of field names, got {key!r}"
+    )

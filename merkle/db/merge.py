@@ -53,10 +53,16 @@ if TYPE_CHECKING:
     from merkle.db.connection import Connection
     from merkle.db.database import Database
 
-__all__ = ["RESOLVERS", "Resolver", "merge"]
+__all__ = ["RESOLVERS", "TABLE_CONFLICT_HINT", "Resolver", "merge"]
 
 Resolver = str | Callable[[dict[str, Any]], Mapping[str, Any] | None]
 RESOLVERS = ("ours", "theirs", "fail")
+#: Said with every table conflict: "ours"/"theirs" settle one by taking a whole table.
+TABLE_CONFLICT_HINT = (
+    "; a table conflict is settled by taking that side's whole table, so the other "
+    "side's changes to that table are dropped: to keep both, make the table agree on "
+    "both sides first (e.g. alter_schema to the same field types) and merge again"
+)
 _ATTEMPTS = 16
 
 
@@ -248,7 +254,8 @@ class _Merge:
             f"merging {self.theirs.name!r} version {self.theirs.version} into "
             f"{self.ours.name!r} version {self.ours.version} (base: {self.base.name!r} version "
             f"{self.base.version}) found conflicts ({'; '.join(parts)}); nothing was "
-            "committed: resolve them with resolve='ours', 'theirs' or a function",
+            "committed: resolve them with resolve='ours', 'theirs' or a function"
+            + (TABLE_CONFLICT_HINT if self.table_conflicts else ""),
             {n: t for n, t in self.conflicts.items()},
             self.table_conflicts,
         )

@@ -46,7 +46,7 @@ def batch_reader(
             fields=None if predicate is not None else fields, from_pk=from_pk, to_pk=to_pk
         )
         if predicate is not None:
-            whole = whole.filter(predicate)
+            whole = _filter(whole, predicate)
             if fields is not None:
                 whole = whole.select(
                     [n for n in whole.column_names if n in {*fields, *table.key.fields}]
@@ -59,11 +59,22 @@ def batch_reader(
         for raw in table.scan(fields=read, from_pk=from_pk, to_pk=to_pk):
             rows = table.present(raw, read)
             if predicate is not None:
-                rows = rows.filter(predicate).select(schema.names)
+                rows = _filter(rows, predicate).select(schema.names)
             if rows.num_rows:
                 yield from rows.to_batches()
 
     return pa.RecordBatchReader.from_batches(schema, batches())
+
+
+def _filter(rows: pa.Table, predicate: pc.Expression) -> pa.Table:
+    """The rows ``predicate`` keeps; UsageError when it cannot be evaluated on them (a
+    field the table does not hold, a comparison of mismatched types, a non-boolean)."""
+    try:
+        return rows.filter(predicate)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        raise UsageError(
+            f"filter {predicate} cannot be evaluated on the table's rows: {exc}"
+        ) from None
 
 
 def to_pandas(arrow: pa.Table) -> Any:

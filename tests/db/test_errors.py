@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from conftest import Lake, make_lake
 
@@ -299,6 +300,27 @@ CASES: dict[str, Case] = {
         NotFoundError,
         ["bafkr4ihkr4ld3m4gqkjf4reryxsy2s5tkbxprqkow6fin2iiyvreuzzab4"],
     ),
+    # Found by an adversarial run: errors that were Python's or Arrow's own.
+    "create table with no key": (
+        lambda c: _shop(c).create_table("new", key=None),  # type: ignore[arg-type]
+        UsageError,
+        ["key of table 'new'", "None"],
+    ),
+    "to_batches filter on a missing field": (
+        lambda c: _shop(c).to_batches("t", filter=pc.field("zz") == 1).read_all(),
+        UsageError,
+        ["filter", "zz"],
+    ),
+    "to_batches filter that is no condition": (
+        lambda c: _shop(c).to_batches("t", filter=pc.field("v")).read_all(),
+        UsageError,
+        ["filter", "bool"],
+    ),
+    "connect with an unknown hash": (
+        lambda c: merkle.connect(c.store.uri, hash="md5"),
+        UsageError,
+        ["hash='md5'", "blake3"],
+    ),
 }
 
 
@@ -343,3 +365,13 @@ def test_errors_inherit_the_matching_builtins() -> None:
     assert issubclass(NotFoundError, KeyError)
     assert issubclass(UsageError, ValueError)
     assert issubclass(NotFoundError, merkle.errors.MerkleError)
+
+
+def test_an_unknown_hash_makes_no_lake(tmp_path: Any) -> None:
+    """A new lake with an unknown hash was created with it and could never be opened."""
+    lake = tmp_path / "lake"
+    with pytest.raises(UsageError, match="hash='md5'"):
+        merkle.connect(str(lake), hash="md5")
+    assert not (lake / "config").exists()
+    with merkle.connect(str(lake)) as conn:
+        assert conn.create_db("shop").name == "shop"

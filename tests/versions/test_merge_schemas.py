@@ -66,8 +66,10 @@ def test_a_field_typed_differently_on_each_side_is_a_table_conflict(
     dev.write("a", [{"k": 2, "v": "two"}]).commit()
     with pytest.raises(
         MergeConflictError, match=r"field 'v' changed on both sides \(int64 and string\)"
-    ):
+    ) as raised:
         conn.merge("dev", "main")
+    # The way out it names says what it costs: theirs drops our row 1 below.
+    assert "taking that side's whole table" in str(raised.value)
     assert _rows(conn.open_db("main")) == [{"k": 1, "v": 1}]  # nothing committed
     assert _rows(conn.merge("dev", "main", resolve="theirs")) == [{"k": 2, "v": "two"}]
 
