@@ -13,6 +13,7 @@ load is an error unless ``--on-duplicate first|last`` says which row wins
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from dataclasses import replace
@@ -22,6 +23,7 @@ import click
 import pyarrow as pa
 
 from merkle.cli.common import CliError, commit_options, open_db, say, table_key
+from merkle.cli.inferred import check_inferred
 from merkle.cli.sources import (
     INPUT_FORMATS,
     ReadOptions,
@@ -86,16 +88,20 @@ class _Duplicates:
         self.dropped = 0
 
     def filter(self, batch: pa.RecordBatch, path: str, first_row: int) -> pa.RecordBatch:
-        for name in self.key_fields:
-            if name not in batch.schema.names:
-                raise CliError(
-                    f"{path} has no column {name!r}, a key field (columns: {batch.schema.names})"
-                )
+        """``batch`` without the rows whose key was read before (or CliError, by the policy)."""
         keys = key_values(batch, self.key_fields)
         keep = []
         for i, value in enumerate(keys):
             if isinstance(value, str) and not value:
                 raise CliError(f"{path}: row {first_row + i}: the key {self._label()} is empty")
+            parts = value if isinstance(value, tuple) else (value,)
+            if any(isinstance(part, dict | list) for part in parts):
+                kind = "an object" if any(isinstance(p, dict) for p in parts) else "an array"
+                raise CliError(
+                    f"{path}: row {first_row + i}: the key {self._label()} is {kind}, "
+                    f"{_shown(value)}; a key is a number, string, bytes or timestamp: "
+                    "choose another --key field"
+                )
             where = self.seen.get(value)
             if where is None:
                 self.seen[value] = f"{path} row {first_row + i}"
@@ -264,45 +270,40 @@ def load(
         raise CliError(f"--delimiter must be one character, got {delimiter!r}")
     # An empty cell is always no value; --null-values adds to it.
     nulls = ("", *(v for v in (null_values or "").split(",") if v))
-    types = {**_schema_types(database.describe_table(table)["schema"]), **parse_types(column_types)}
-    options = ReadOptions(tuple(key_fields), _key_types(spec, key_fields), types, delimiter, nulls)
+    declared = parse_types(column_types, "--column-types")
     sources = [
         Source(path, f, 0 if path == "-" else os.path.getsize(path))
         for path, f in zip(files, formats, strict=True)
     ]
-    unknown = [name for name in key_fields if name not in options.key_types]
-    if unknown and nulls != ("",) and sources:
-        # A new key: learn its type without null values, so they never touch it.
-        learned = peek_types(sources[0], options, unknown)
-        options = replace(options, key_types={**options.key_types, **learned})
     duplicates = _Duplicates(on_duplicate, key_fields)
     rows = 0
     with _Progress(sum(s.size for s in sources)) as progress:
         before = 0
         for source in sources:
+            # Each file is read with the types the table has by now, as a load of its own
+            # would be: a new table's first file gives it the types the next ones are read as.
+            options, binary_ok = _read_options(database, table, declared, delimiter, nulls, source)
             read = 0
             schema: pa.Schema | None = None
             try:
                 for batch in read_batches(source, options):
+                    if schema is None:
+                        _check_columns(batch.schema, source.path, key_fields)
+                        check_inferred(batch, source, options, binary_ok, read + 1)
                     schema = batch.schema
                     kept = duplicates.filter(batch, source.path, read + 1)
                     if kept.num_rows:
                         database = database.write(table, kept)
                     read += batch.num_rows
                     progress.advance(batch.num_rows, before + source.consumed(read))
-            except (pa.ArrowException, OSError) as exc:
-                expected = {**options.column_types, **options.key_types}
-                if schema is not None:
-                    expected = {**{f.name: f.type for f in schema}, **expected}
-                where = locate_csv_error(source, options, expected)
-                raise CliError(
-                    f"cannot read {source.path} as {source.fmt}: "
-                    + (where if where else f"{_short(exc)} (after row {read})")
-                ) from None
+            except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+                raise CliError(_read_error(source, options, schema, read, exc)) from None
             except MerkleError as exc:
                 raise CliError(
                     f"{source.path}, rows {read + 1}-{read + batch.num_rows}: {exc}"
                 ) from None
+            if schema is None and source.schema is not None and source.schema.names:
+                _check_columns(source.schema, source.path, key_fields)  # a header, no rows
             rows += read
             before += source.size
     if not database.dirty:
@@ -328,8 +329,78 @@ def load(
     say(f"loaded {rows - dropped:,} rows into {db}.{table} (version {done.version}){note}")
 
 
+def _read_options(
+    database: Any,
+    table: str,
+    declared: dict[str, pa.DataType],
+    delimiter: str | None,
+    nulls: tuple[str, ...],
+    source: Source,
+) -> tuple[ReadOptions, list[str]]:
+    """How ``source`` is read into ``table`` as the table is now, and the columns that
+    may be binary (the table's binary fields, and those declared binary)."""
+    key_fields, spec = table_key(database, table)
+    table_schema = database.describe_table(table)["schema"]
+    types = {**_schema_types(table_schema), **declared}
+    options = ReadOptions(tuple(key_fields), _key_types(spec, key_fields), types, delimiter, nulls)
+    unknown = [name for name in key_fields if name not in options.key_types]
+    if unknown and nulls != ("",):
+        # A new key: learn its type without null values, so they never touch it.
+        learned = peek_types(source, options, unknown)
+        options = replace(options, key_types={**options.key_types, **learned})
+    binary = [f.name for f in table_schema or () if pa.types.is_binary(f.type)]
+    binary += [name for name, kind in declared.items() if pa.types.is_binary(kind)]
+    return options, binary
+
+
+def _check_columns(schema: pa.Schema, path: str, key_fields: list[str]) -> None:
+    """CliError when a file's columns repeat a name or lack a key field."""
+    names = schema.names
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise CliError(
+            f"{path}: its header names column {repeated[0]!r} {names.count(repeated[0])} times; "
+            "a record has each field once: rename the repeated columns"
+        )
+    for name in key_fields:
+        if name not in names:
+            raise CliError(f"{path} has no column {name!r}, a key field (columns: {names})")
+
+
+def _read_error(
+    source: Source,
+    options: ReadOptions,
+    schema: pa.Schema | None,
+    read: int,
+    exc: BaseException,
+) -> str:
+    """The one line saying why ``source`` could not be read (the row, where it is found)."""
+    head = f"cannot read {source.name} as {source.fmt}: "
+    if isinstance(exc, UnicodeDecodeError):
+        return head + (
+            f"a column name is not UTF-8 (byte 0x{exc.object[exc.start]:02x}); "
+            "re-encode the file as UTF-8 (a Latin-1 file: iconv -f latin1 -t utf-8)"
+        )
+    if source.compressed and isinstance(exc, OSError):
+        codec = source.path.rsplit(".", 1)[-1]
+        return head + (
+            f"its compressed data is truncated or corrupt ({_short(exc)}, after row {read}); "
+            f"compress or download the .{codec} file again"
+        )
+    expected = {**options.column_types, **options.key_types}
+    if schema is not None:
+        expected = {**{f.name: f.type for f in schema}, **expected}
+    where = locate_csv_error(source, options, expected)
+    return head + (where if where else f"{_short(exc)} (after row {read})")
+
+
 def _show(fields: list[str]) -> str:
     return repr(fields[0]) if len(fields) == 1 else repr(fields)
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _short(exc: BaseException) -> str:

@@ -121,6 +121,10 @@ def main() -> None:
     life of the process, competing with the command's own threads (on a
     2-core machine ``merkle get`` took 8 ms, 6%, less without them).
 
+    A stdout whose encoding cannot hold every character (``PYTHONIOENCODING=latin-1``)
+    escapes the characters it cannot hold instead of failing half-way through the
+    output with UnicodeEncodeError (``merkle.cli.output.tolerate_encoding``).
+
     When the interpreter exits, it runs the cyclic garbage collector over every
     object there is (numpy's and pyarrow's too), once before and once while it
     tears the modules down: about 10 ms, 8% of ``merkle get``, to free memory
@@ -131,6 +135,12 @@ def main() -> None:
     files itself, and the reader leases' exit handler runs before this one).
     """
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    out: Any = sys.stdout
+    encoding = getattr(out, "encoding", None) or "utf-8"
+    if not encoding.lower().replace("-", "").startswith("utf") and hasattr(out, "reconfigure"):
+        # A character stdout cannot encode is escaped, not a crash half-way through
+        # the output (merkle.cli.output.tolerate_encoding; JSON escapes it the JSON way).
+        out.reconfigure(errors="backslashreplace")
     atexit.register(gc.freeze)  # before any command registers one: it runs after theirs
     if "pandas" not in sys.modules:
         sys.meta_path.insert(0, _NoPandas())

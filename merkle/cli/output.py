@@ -29,6 +29,7 @@ copied from the output can be pasted back.
 
 from __future__ import annotations
 
+import codecs
 import datetime
 import decimal
 import json
@@ -47,8 +48,10 @@ __all__ = [
     "emit_record",
     "emit_rows",
     "format_option",
+    "holds_unicode",
     "jsonable",
     "to_json",
+    "tolerate_encoding",
 ]
 
 #: The output formats, in the order ``--help`` lists them.
@@ -85,10 +88,11 @@ def jsonable(value: Any) -> Any:
     return jsonable(item) if item is not value else str(item)
 
 
-def to_json(value: Any, *, indent: int | None = None) -> str:
-    """The JSON text of ``value`` (rendered by :func:`jsonable`; Unicode kept as is)."""
+def to_json(value: Any, *, indent: int | None = None, ascii: bool = False) -> str:
+    """The JSON text of ``value`` (rendered by :func:`jsonable`; Unicode kept as is unless
+    ``ascii``, which writes ``\\u`` escapes for an output that cannot hold it)."""
     separators = (",", ": ") if indent is not None else (", ", ": ")
-    return json.dumps(jsonable(value), ensure_ascii=False, indent=indent, separators=separators)
+    return json.dumps(jsonable(value), ensure_ascii=ascii, indent=indent, separators=separators)
 
 
 def cell(value: Any) -> str:
@@ -119,7 +123,30 @@ def format_option(fn: Any) -> Any:
 
 
 def _stdout() -> IO[str]:
+    """stdout, escaping what its encoding cannot hold (see :func:`tolerate_encoding`)."""
+    tolerate_encoding(sys.stdout)
     return sys.stdout
+
+
+def holds_unicode(out: IO[str]) -> bool:
+    """Whether ``out`` can encode every character (a UTF encoding, or no encoding at all)."""
+    encoding = getattr(out, "encoding", None)
+    if not encoding:
+        return True
+    try:
+        return codecs.lookup(encoding).name.startswith("utf")
+    except LookupError:
+        return False
+
+
+def tolerate_encoding(out: IO[str]) -> None:
+    """Make ``out`` write a character its encoding cannot hold as an escape (``\\xe9``,
+    ``\\U0001f600``) instead of failing with UnicodeEncodeError half-way through the
+    output (``PYTHONIOENCODING=latin-1``, an old Windows console): the value stays
+    readable and nothing else is lost. JSON output escapes such characters itself,
+    the JSON way (``\\ud83d\\ude00``), so it stays valid JSON."""
+    if not holds_unicode(out) and hasattr(out, "reconfigure"):
+        out.reconfigure(errors="backslashreplace")
 
 
 def _columns(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None) -> list[str]:
@@ -154,6 +181,12 @@ def _write_table(out: IO[str], rows: Sequence[Mapping[str, Any]], columns: list[
     if not columns:
         return
     cells = [[_table_cell(row.get(name)) for name in columns] for row in rows]
+    if not holds_unicode(out):  # escaped here, so that the columns line up as printed
+        encoding: str = getattr(out, "encoding", None) or "ascii"
+        cells = [
+            [text.encode(encoding, "backslashreplace").decode(encoding) for text in line]
+            for line in cells
+        ]
     right = [
         any(_is_number(row.get(name)) for row in rows)
         and all(_is_number(row.get(name)) or row.get(name) is None for row in rows)
@@ -197,15 +230,16 @@ def emit_rows(
     """
     fmt = fmt or default_format()
     out = file or _stdout()
+    ascii = not holds_unicode(out)
     count = 0
     if fmt == "jsonl":
         for row in rows:
-            out.write(to_json(row) + "\n")
+            out.write(to_json(row, ascii=ascii) + "\n")
             count += 1
     elif fmt == "json":
         out.write("[")
         for row in rows:
-            out.write(("\n" if count == 0 else ",\n") + to_json(row))
+            out.write(("\n" if count == 0 else ",\n") + to_json(row, ascii=ascii))
             count += 1
         out.write("\n]\n" if count else "]\n")
     elif fmt in ("table", "csv"):
@@ -230,7 +264,7 @@ def emit_record(
     fmt = fmt or default_format()
     out = file or _stdout()
     if fmt == "json":
-        out.write(to_json(record, indent=2) + "\n")
+        out.write(to_json(record, indent=2, ascii=not holds_unicode(out)) + "\n")
     elif fmt == "table":
         names = [str(name) for name in record]
         width = max((_width(name) for name in names), default=0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 import click
 
@@ -11,13 +12,31 @@ from merkle.cli.common import (
     fields_option,
     open_db,
     parse_fields,
-    table_key,
     version_options,
 )
 from merkle.cli.keys import parse_key, parse_keys
 from merkle.cli.output import cell, emit_rows, format_option
 
 __all__ = ["get", "scan"]
+
+
+def _table_key(
+    database: Any, db: str, table: str, names: list[str] | None
+) -> tuple[list[str], str | None]:
+    """The key fields and key codec of ``table`` (as :func:`table_key`), after checking
+    that ``--fields`` names only fields the table has in the version read: a typo
+    would otherwise print records without it, as if its values were missing."""
+    info = database.describe_table(table)
+    key = info["key"]
+    if names:
+        known = [] if info["schema"] is None else info["schema"].names
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            listed = ", ".join(known) if known else "none yet"
+            raise CliError(
+                f"--fields: table {db}.{table} has no field {unknown[0]!r}; its fields: {listed}"
+            )
+    return ([key] if isinstance(key, str) else list(key)), info["key_codec"]
 
 
 @click.command(short_help="Records of a table in key order.")
@@ -59,7 +78,7 @@ def scan(
     """
     names = parse_fields(fields)
     database = open_db(db, version, at)
-    key_fields, spec = table_key(database, table)
+    key_fields, spec = _table_key(database, db, table, names)
     records = database.scan(
         table,
         fields=names,
@@ -101,7 +120,7 @@ def get(
     """
     names = parse_fields(fields)
     database = open_db(db, version, at)
-    key_fields, spec = table_key(database, table)
+    key_fields, spec = _table_key(database, db, table, names)
     wanted = list(dict.fromkeys(parse_keys(keys, spec)))
     found = database.get_records(table, wanted, fields=names)
     emit_rows(

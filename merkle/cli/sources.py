@@ -10,6 +10,7 @@ row number and the column, found by re-reading the file as text.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -81,19 +82,39 @@ def detect_format(path: str, given: str | None) -> str:
     )
 
 
+#: The first bytes of each compressed format, by Arrow codec.
+_CODEC_MAGIC = {
+    "gzip": b"\x1f\x8b",
+    "bz2": b"BZh",
+    "zstd": b"(\xb5/\xfd",
+    "lz4": b"\x04\x22\x4d\x18",
+}
+#: Bytes of a file that check_content looks at.
+_HEAD = 4096
+
+
 def check_content(path: str, fmt: str) -> None:
-    """CliError when the first bytes of ``path`` show it is not ``fmt`` (stdin is not checked)."""
+    """CliError when the first bytes of ``path`` show it is not ``fmt``.
+
+    Of stdin only the compression is checked (its bytes can be peeked at, not
+    read twice). A CSV file is not required to be UTF-8 here: a column that is
+    not is named by ``merkle.cli.inferred`` (or read as binary when declared so).
+    """
     if path == "-":
+        first = _peek_stdin(8)
+        seen = next((what for magic, what in _MAGIC.items() if first.startswith(magic)), None)
+        if seen is not None and seen != "Parquet":
+            raise CliError(
+                f"stdin holds {seen} data: decompress it first (for example "
+                "gunzip -c FILE.gz | merkle load ... -), or name the compressed file"
+            )
         return
     codec = split_compression(path)[1]
     with open(path, "rb") as raw:
-        head = raw.read(4096)
+        head = raw.read(_HEAD)
+        complete = not raw.read(1)  # the window holds the whole file
     if codec is not None:
-        stream = pa.CompressedInputStream(pa.py_buffer(head), codec)
-        try:
-            head = stream.read(4096)
-        except (pa.ArrowException, OSError):
-            raise CliError(f"{path} is not {codec}-compressed, as its name says") from None
+        head, complete = _decompressed_head(path, codec, head, complete)
     seen = next((what for magic, what in _MAGIC.items() if head.startswith(magic)), None)
     if fmt == "parquet":
         if not head.startswith(b"PAR1"):
@@ -106,19 +127,58 @@ def check_content(path: str, fmt: str) -> None:
     if seen is not None:
         hint = "--format parquet" if seen == "Parquet" else "the right file or extension"
         raise CliError(f"cannot read {path} as {fmt}: it looks like {seen}; pass {hint}")
-    try:
-        head.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        if exc.start < len(head) - 4 or b"\x00" in head:
-            raise CliError(
-                f"{path} is not {fmt} text: byte {exc.start} is not UTF-8; pass the right --format"
-            ) from None
     if b"\x00" in head:
         raise CliError(f"{path} is not {fmt} text: it holds NUL bytes; pass the right --format")
     if fmt == "jsonl":
+        try:
+            head.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            # A character cut by the end of the window is not an error; the end of the file is.
+            if complete or exc.start < len(head) - 4:
+                line = head.count(b"\n", 0, exc.start) + 1
+                raise CliError(
+                    f"{path} is not UTF-8 text, as JSON Lines must be: line {line} holds byte "
+                    f"0x{head[exc.start]:02x}; re-encode the file as UTF-8 "
+                    "(a Latin-1 file: iconv -f latin1 -t utf-8)"
+                ) from None
         text = head.lstrip()
         if text and not text.startswith(b"{"):
             raise CliError(f"{path} is not JSON Lines: each line must be a JSON object")
+
+
+def _decompressed_head(path: str, codec: str, head: bytes, complete: bool) -> tuple[bytes, bool]:
+    """The first bytes of ``path`` decompressed, and whether they are all of its content."""
+    if not head.startswith(_CODEC_MAGIC[codec]):
+        raise CliError(f"{path} is not {codec}-compressed, as its name says")
+    stream = pa.CompressedInputStream(pa.py_buffer(head), codec)
+    out = bytearray()
+    try:
+        while len(out) < _HEAD:
+            chunk = stream.read(512)
+            if not chunk:
+                return bytes(out), complete
+            out += chunk
+    except (pa.ArrowException, OSError) as exc:
+        if complete:  # the whole file was read, and its compressed data ends early
+            raise CliError(
+                f"{path} is truncated or corrupt {codec} data ({exc}): "
+                "compress or download the file again"
+            ) from None
+        return bytes(out), False  # the window ends inside the compressed data
+    return bytes(out), False
+
+
+def _peek_stdin(size: int) -> bytes:
+    """The first ``size`` bytes of stdin, left to be read (b"" when they cannot be)."""
+    buffer: Any = sys.stdin.buffer
+    if hasattr(buffer, "peek"):
+        return bytes(buffer.peek(size)[:size])
+    if buffer.seekable():
+        where = buffer.tell()
+        data = bytes(buffer.read(size))
+        buffer.seek(where)
+        return data
+    return b""
 
 
 # -- types given on the command line -------------------------------------------------
@@ -151,8 +211,12 @@ def parse_type(text: str) -> pa.DataType:
     )
 
 
-def parse_types(text: str | None) -> dict[str, pa.DataType]:
-    """``name:type,name:type`` as ``{name: type}`` (a decimal's comma is kept)."""
+def parse_types(text: str | None, option: str = "--column-types") -> dict[str, pa.DataType]:
+    """``name:type,name:type`` as ``{name: type}`` (a decimal's comma is kept).
+
+    A name given twice is a CliError naming ``option``, as the Python API refuses
+    a schema that names a field twice: silently keeping one would be a guess.
+    """
     if not text:
         return {}
     out: dict[str, pa.DataType] = {}
@@ -168,7 +232,12 @@ def parse_types(text: str | None) -> dict[str, pa.DataType]:
         name, sep, kind = part.partition(":")
         if not sep or not name.strip():
             raise CliError(f"{part!r} is not NAME:TYPE (for example amount:decimal128(10,2))")
-        out[name.strip()] = parse_type(kind)
+        name = name.strip()
+        if name in out:
+            raise CliError(
+                f"{option} gives field {name!r} more than once; give each field one type"
+            )
+        out[name] = parse_type(kind)
     return out
 
 
@@ -186,17 +255,23 @@ class ReadOptions:
     null_values: tuple[str, ...] = ("",)
 
 
-class _CountingReader:
-    """A binary file that counts the bytes read from it (for the progress bar)."""
+class _StdinReader:
+    """Stdin as the readers see it: counts the bytes read (for the progress bar) and
+    keeps the first two blocks (stdin cannot be read twice; see :func:`head_bytes`)."""
 
     def __init__(self, raw: IO[bytes]) -> None:
         self.raw = raw
         self.count = 0
+        self.head = bytearray()
+        self.eof = False
         self.closed = False
 
     def read(self, size: int = -1) -> bytes:
         data = self.raw.read(size)
         self.count += len(data)
+        self.eof = self.eof or not data
+        if len(self.head) < 2 * BLOCK_SIZE:
+            self.head += data[: 2 * BLOCK_SIZE - len(self.head)]
         return data
 
     def readable(self) -> bool:
@@ -209,6 +284,50 @@ class _CountingReader:
         self.closed = True
 
 
+class _Input:
+    """One opened text input: the stream the readers read, and how far they got.
+
+    A file is opened as an Arrow native file, never through a Python file
+    object: a reader's I/O thread then holds no Python object, so a read that
+    fails (a truncated .gz) cannot leave that thread to release one while the
+    interpreter exits, which aborted the process ("terminate called without an
+    active exception"). Stdin has no native file; it is read through Python.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.stdin: _StdinReader | None = None
+        self.file: pa.NativeFile | None = None
+        self.done = 0
+        codec = None
+        if path == "-":
+            self.stdin = _StdinReader(sys.stdin.buffer)
+            stream: Any = pa.PythonFile(self.stdin, mode="r")
+        else:
+            self.file = pa.OSFile(path)
+            stream = self.file
+            codec = split_compression(path)[1]
+        self.stream: Any = pa.CompressedInputStream(stream, codec) if codec else stream
+
+    @property
+    def count(self) -> int:
+        """Bytes of the input read so far (compressed bytes for a compressed file)."""
+        if self.stdin is not None:
+            return self.stdin.count
+        self._note_position()
+        return self.done
+
+    def _note_position(self) -> None:
+        if self.file is not None and not self.file.closed:
+            with contextlib.suppress(ValueError, OSError):
+                self.done = self.file.tell()
+
+    def close(self) -> None:
+        """Close the file (stdin stays open), keeping its last position for the progress bar."""
+        if self.file is not None:
+            self._note_position()
+            self.file.close()
+
+
 @dataclass
 class Source:
     """One input file being read: its record batches and how many bytes were consumed."""
@@ -216,8 +335,10 @@ class Source:
     path: str
     fmt: str
     size: int
-    counter: _CountingReader | None = None
+    counter: _Input | None = None
     parquet: pq.ParquetFile | None = None
+    #: The columns of the file as its reader sees them (set once it is open).
+    schema: pa.Schema | None = None
 
     def consumed(self, rows_read: int) -> int:
         if self.parquet is not None:
@@ -225,15 +346,44 @@ class Source:
             return self.size * rows_read // total if total else self.size
         return self.counter.count if self.counter is not None else 0
 
+    @property
+    def name(self) -> str:
+        """The file's path, or ``stdin``: how messages name it."""
+        return "stdin" if self.path == "-" else self.path
 
-def _open_text(path: str) -> tuple[Any, _CountingReader]:
-    raw: IO[bytes] = sys.stdin.buffer if path == "-" else open(path, "rb")  # noqa: SIM115
-    counter = _CountingReader(raw)
-    stream: Any = pa.PythonFile(counter, mode="r")
-    codec = split_compression(path)[1] if path != "-" else None
-    if codec is not None:
-        stream = pa.CompressedInputStream(stream, codec)
-    return stream, counter
+    @property
+    def compressed(self) -> bool:
+        """Whether the file is decompressed as it is read."""
+        return self.path != "-" and split_compression(self.path)[1] is not None
+
+
+def head_bytes(source: Source) -> bytes:
+    """About the first two blocks of a text source's content (decompressed), cut after
+    the last whole line unless they are all of it: what the first batch was read from."""
+    if source.path == "-":
+        kept = source.counter.stdin if source.counter is not None else None
+        if kept is None:
+            return b""
+        data, whole = bytes(kept.head), kept.eof and len(kept.head) < 2 * BLOCK_SIZE
+    else:
+        opened = _Input(source.path)
+        out = bytearray()
+        whole = False
+        try:
+            while len(out) < 2 * BLOCK_SIZE:
+                chunk = opened.stream.read(BLOCK_SIZE)
+                if not chunk:
+                    whole = True
+                    break
+                out += chunk
+        except (pa.ArrowException, OSError):
+            pass  # the first batch was read; a later error is the main read's to report
+        finally:
+            opened.close()
+        data = bytes(out)
+    if not whole and b"\n" in data:
+        data = data[: data.rindex(b"\n") + 1]
+    return data
 
 
 def _csv_reader(
@@ -249,15 +399,17 @@ def _csv_reader(
     return pacsv.open_csv(
         stream,
         read_options=pacsv.ReadOptions(block_size=BLOCK_SIZE),
-        parse_options=pacsv.ParseOptions(delimiter=_delimiter(options, path)),
+        parse_options=csv_parse_options(options, path),
         convert_options=convert,
     )
 
 
-def _delimiter(options: ReadOptions, path: str) -> str:
+def csv_parse_options(options: ReadOptions, path: str) -> pacsv.ParseOptions:
+    """How the CSV of ``path`` is split: the delimiter (default tab for .tsv, else a comma)."""
     if options.delimiter is not None:
-        return options.delimiter
-    return "\t" if split_compression(path)[0].lower().endswith(".tsv") else ","
+        return pacsv.ParseOptions(delimiter=options.delimiter)
+    tsv = split_compression(path)[0].lower().endswith(".tsv")
+    return pacsv.ParseOptions(delimiter="\t" if tsv else ",")
 
 
 def _nulls_in_strings(batch: pa.RecordBatch, options: ReadOptions) -> pa.RecordBatch:
@@ -284,11 +436,13 @@ def read_batches(source: Source, options: ReadOptions) -> Iterator[pa.RecordBatc
         finally:
             source.parquet.close()
         return
-    stream, source.counter = _open_text(source.path)
+    source.counter = opened = _Input(source.path)
+    stream = opened.stream
     reader: Any = None
     try:
         if source.fmt == "csv":
             reader = _csv_reader(stream, options, types, source.path)
+            source.schema = reader.schema
             for batch in reader:
                 yield _nulls_in_strings(batch, options)
         else:
@@ -299,12 +453,12 @@ def read_batches(source: Source, options: ReadOptions) -> Iterator[pa.RecordBatc
             reader = pajson.open_json(
                 stream, read_options=pajson.ReadOptions(block_size=BLOCK_SIZE), parse_options=parse
             )
+            source.schema = reader.schema
             yield from reader
     finally:
         if reader is not None:
             reader.close()
-        if source.path != "-":
-            source.counter.raw.close()
+        opened.close()
 
 
 def peek_types(
@@ -318,17 +472,17 @@ def peek_types(
     if source.fmt != "csv" or source.path == "-":
         return {}
     plain = ReadOptions(options.key_fields, {}, options.column_types, options.delimiter, ("",))
-    stream, counter = _open_text(source.path)
+    opened = _Input(source.path)
     try:
-        reader = _csv_reader(stream, plain, dict(options.column_types), source.path)
+        reader = _csv_reader(opened.stream, plain, dict(options.column_types), source.path)
         try:
             schema = reader.schema
         finally:
             reader.close()
-    except pa.ArrowException:
-        return {}
+    except (pa.ArrowException, OSError, ValueError):
+        return {}  # the main read reports it
     finally:
-        counter.raw.close()
+        opened.close()
     return {name: schema.field(name).type for name in names if name in schema.names}
 
 
@@ -347,43 +501,60 @@ def locate_csv_error(
 ) -> str | None:
     """Where a CSV value fails to convert: ``row N, column C: value V is not T`` (or None).
 
-    The file is read again with every column as text and each column cast
-    to the type the reader chose for it; the first value that fails is named.
+    The file is read again with every column as bytes and each value
+    converted to the type the reader chose for its column; the first value
+    that fails (text that is not UTF-8 included) is named. Only a plain file
+    is read again: stdin cannot be, and a compressed file that failed would
+    most likely fail the same way again.
     """
-    if source.fmt != "csv" or source.path == "-":
+    if source.fmt != "csv" or source.path == "-" or source.compressed:
         return None
-    as_text = ReadOptions(
-        options.key_fields, {}, {n: pa.string() for n in expected}, options.delimiter, ()
+    as_bytes = ReadOptions(
+        options.key_fields, {}, {n: pa.binary() for n in expected}, options.delimiter, ()
     )
-    stream, counter = _open_text(source.path)
+    opened = _Input(source.path)
+    nulls = pa.array([v.encode() for v in options.null_values], pa.binary())
     row = 0
     try:
-        reader = _csv_reader(stream, as_text, as_text.column_types, source.path)
+        reader = _csv_reader(opened.stream, as_bytes, as_bytes.column_types, source.path)
         try:
             for batch in reader:
                 for name, target in expected.items():
                     if name not in batch.schema.names:
                         continue
                     column = batch.column(name)
-                    nulls = pa.array(list(options.null_values), pa.string())
                     column = pc.if_else(pc.is_in(column, value_set=nulls), None, column)
                     for i, value in enumerate(column.to_pylist()):
-                        if value is None:
-                            continue
-                        try:
-                            pa.array([value]).cast(target)
-                        except (pa.ArrowException, ValueError):
-                            return (
-                                f"row {row + i + 1} (line {row + i + 2}), column {name!r}: "
-                                f"{value!r} is not {target}"
-                            )
+                        problem = None if value is None else _unconvertible(value, target)
+                        if problem is not None:
+                            where = f"row {row + i + 1} (line {row + i + 2}), column {name!r}"
+                            return f"{where}: {problem}"
                 row += batch.num_rows
         finally:
             reader.close()
-    except pa.ArrowException:
+    except (pa.ArrowException, OSError, ValueError):
         return None
     finally:
-        counter.raw.close()
+        opened.close()
+    return None
+
+
+def _unconvertible(value: bytes, target: pa.DataType) -> str | None:
+    """Why the CSV cell ``value`` is not a ``target`` (None when it is one)."""
+    if pa.types.is_binary(target) or pa.types.is_large_binary(target):
+        return None
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return (
+            f"byte 0x{value[exc.start]:02x} at offset {exc.start} of {value!r} is not UTF-8: "
+            "re-encode the file as UTF-8 (a Latin-1 file: iconv -f latin1 -t utf-8), or "
+            f"declare the column binary"
+        )
+    try:
+        pa.array([text]).cast(target)
+    except (pa.ArrowException, ValueError):
+        return f"{text!r} is not {target}"
     return None
 
 

@@ -153,7 +153,7 @@ def create(
     free: bool | list[str] = False
     if schema_free is not None:
         free = True if schema_free == "all" else split_names((schema_free,), "--schema-free")
-    declared = parse_types(schema)
+    declared = parse_types(schema, "--schema")
     done = (
         open_db(db)
         .create_table(
@@ -245,10 +245,10 @@ def alter(
         open_db(db)
         .alter_schema(
             name,
-            add=parse_types(",".join(add)),
+            add=parse_types(",".join(add), "--add"),
             drop=list(drop),
             rename=renames,
-            widen=parse_types(",".join(widen)),
+            widen=parse_types(",".join(widen), "--widen"),
             nullable=list(nullable),
             free=list(free),
         )

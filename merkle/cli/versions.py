@@ -103,9 +103,15 @@ def merge(
         counts = ", ".join(f"{t}: {len(c)} keys" for t, c in exc.conflicts.items())  # type: ignore[arg-type]
         tables = ", ".join(f"{t or 'metadata'} ({why})" for t, why in exc.table_conflicts.items())
         detail = "; ".join(p for p in (counts, tables) if p)
+        whole = (
+            " (either takes that side's whole table for a table conflict, dropping the other "
+            "side's changes to it: to keep both, make the table agree on both sides first)"
+            if exc.table_conflicts
+            else ""
+        )
         raise CliError(
             f"merge of {source!r} into {into!r} has conflicts ({detail}); nothing was committed: "
-            "pass --resolve ours or --resolve theirs"
+            f"pass --resolve ours or --resolve theirs{whole}"
         ) from None
     if merged.version == before:
         say(f"{into!r} already has everything of {source!r}; nothing to merge")
@@ -150,10 +156,20 @@ def tag(args: tuple[str, ...], version: int | None, message: str | None, fmt: st
         )
 
 
-def _other_lake(uri: str) -> merkle.Connection:
+def _other_lake(uri: str, create: bool) -> merkle.Connection:
+    """The lake at ``uri`` (with this command's storage options); a location that holds
+    no lake is an error unless ``create`` (``--create``): a mistyped --to makes no lake."""
     state = click.get_current_context().find_root().find_object(CliState)
     options = dict(state.options) if state is not None else {}
-    return merkle.connect(uri, create=True, **options)
+    return merkle.connect(uri, create=create, **options)
+
+
+#: ``--create``: the one way besides ``db create`` to start a lake, said in so many words.
+create_option = click.option(
+    "--create",
+    is_flag=True,
+    help="Make the destination lake if its location holds none (else that is an error).",
+)
 
 
 def _progress_sync(
@@ -177,10 +193,11 @@ def _progress_sync(
     default=None,
     help="Send only version N (default: the retained history).",
 )
-def push(db: str, to: str, as_name: str | None, version: int | None) -> None:
+@create_option
+def push(db: str, to: str, as_name: str | None, version: int | None, create: bool) -> None:
     """Copy DB to the lake LAKE, sending only the blocks it lacks."""
     src = connection()
-    with _other_lake(to) as dst:
+    with _other_lake(to, create) as dst:
         _progress_sync(src, dst, db, as_name, version)
 
 
@@ -194,9 +211,10 @@ def push(db: str, to: str, as_name: str | None, version: int | None) -> None:
     default=None,
     help="Fetch only version N (default: the retained history).",
 )
-def pull(lake: str, db: str, as_name: str | None, version: int | None) -> None:
+@create_option
+def pull(lake: str, db: str, as_name: str | None, version: int | None, create: bool) -> None:
     """Copy DB from the lake LAKE into this one, fetching only the blocks missing here."""
-    dst = connection(create=True)
+    dst = connection(create=create)
     with merkle.connect(lake, create=False) as src:
         _progress_sync(src, dst, db, as_name, version)
 
@@ -221,9 +239,12 @@ def export(db: str, file: str, version: int | None) -> None:
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--db", "db", required=True, help="Name of the database to create.")
 @commit_options
-def import_(file: str, db: str, message: str | None, author: str | None) -> None:
+@create_option
+def import_(file: str, db: str, message: str | None, author: str | None, create: bool) -> None:
     """Create database DB from the CAR v1 archive FILE (every block verified first)."""
-    made = _transfer().import_car(connection(create=True), file, db, message=message, author=author)
+    made = _transfer().import_car(
+        connection(create=create), file, db, message=message, author=author
+    )
     say(f"imported {file} as database {db!r} (version {made.version}, root {made.root})")
 
 

@@ -64,9 +64,26 @@ def export_car(
     with conn.open_db(db, version=version, lease=True) as source:
         root = CID.parse(source.root)
         if isinstance(out, (str, os.PathLike)):
-            with open(out, "wb") as handle:
+            with _create(out) as handle:
                 return _write(conn, root, handle)
         return _write(conn, root, out)
+
+
+def _create(path: str | os.PathLike[str]) -> IO[bytes]:
+    """``path`` opened for writing; a path that cannot be a new file is a UsageError."""
+    try:
+        return open(path, "wb")
+    except FileNotFoundError:
+        folder = os.path.dirname(os.path.abspath(path))
+        raise UsageError(
+            f"cannot write the CAR file {os.fspath(path)}: folder {folder} does not exist; "
+            "create it first, or name a file in an existing folder"
+        ) from None
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write the CAR file {os.fspath(path)}: {exc.strerror or exc}; "
+            "name a file you may write"
+        ) from None
 
 
 def _write(conn: Connection, root: CID, out: IO[bytes]) -> CarReport:

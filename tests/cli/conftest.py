@@ -28,3 +28,9 @@ def conn(lake_uri: str) -> Iterator[merkle.Connection]:
     """The Python API on the same lake, to compare the command's answers with."""
     with merkle.connect(lake_uri) as opened:
         yield opened
+
+
+@pytest.fixture
+def shop(conn: merkle.Connection) -> merkle.Database:
+    """An empty database ``shop`` (test_commands.py makes its own, with tables)."""
+    return conn.create_db("shop")

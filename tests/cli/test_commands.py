@@ -263,7 +263,7 @@ def test_table_create_rejects_a_bad_family(run: Run) -> None:
     [
         ((), {}),
         (("--from", "10", "--to", "20"), {"from_pk": 10, "to_pk": 20}),
-        (("--fields", "qty,blob,nothing"), {"fields": ["qty", "blob", "nothing"]}),
+        (("--fields", "qty,blob,doc"), {"fields": ["qty", "blob", "doc"]}),
         (
             ("--reverse", "--offset", "3", "--limit", "5"),
             {"reverse": True, "offset": 3, "limit": 5},
@@ -280,8 +280,13 @@ def test_scan(
 
 
 def test_scan_csv_header_lists_requested_fields(run: Run, shop: merkle.Database) -> None:
-    out = run.ok("scan", "shop", "orders", "--fields", "qty,nothing", "--format", "csv").stdout
-    assert out.splitlines()[0] == "order_id,qty,nothing"
+    # Orders 1 and 2 have no doc: the column is shown all the same.
+    args = ("--fields", "qty,doc", "--from", "1", "--to", "2", "--format", "csv")
+    out = run.ok("scan", "shop", "orders", *args).stdout
+    assert out.splitlines()[0] == "order_id,qty,doc"
+    # A field the table does not have is an error (it was silently an empty column).
+    error = run.fails("scan", "shop", "orders", "--fields", "qty,nothing")
+    assert "table shop.orders has no field 'nothing'; its fields: order_id, sku" in error
 
 
 def test_scan_an_old_version(run: Run, conn: merkle.Connection, shop: merkle.Database) -> None:

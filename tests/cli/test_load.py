@@ -34,11 +34,6 @@ def write_file(path: Path, fmt: str, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-@pytest.fixture
-def shop(conn: merkle.Connection) -> merkle.Database:
-    return conn.create_db("shop")
-
-
 @pytest.mark.parametrize(
     ("fmt", "ext"), [("csv", "csv"), ("jsonl", "jsonl"), ("parquet", "parquet")]
 )

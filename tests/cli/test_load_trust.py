@@ -19,11 +19,6 @@ from merkle.cli import sources
 from .helpers import SCRIPT, Run, assert_one_error_line, process_env
 
 
-@pytest.fixture
-def shop(conn: merkle.Connection) -> merkle.Database:
-    return conn.create_db("shop")
-
-
 def test_null_and_nan_keys_stay_keys(
     run: Run, conn: merkle.Connection, shop: merkle.Database, tmp_path: Path
 ) -> None:

@@ -52,6 +52,7 @@ def test_merge_conflict_fails_then_resolves(
     run.ok("load", "shop", "t", str(tmp_path / "d.csv"), "--key", "id")
     line = run.fails("merge", "dev", "shop")
     assert "conflicts (t: 1 keys)" in line
+    assert "whole table" not in line  # record conflicts are settled record by record
     assert (
         "merged 'dev' into 'shop'" in run.ok("merge", "dev", "shop", "--resolve", "theirs").stdout
     )
@@ -85,6 +86,7 @@ def test_tags(run: Run, tmp_path: Path) -> None:
 def test_push_pull_export_import(run: Run, tmp_path: Path, conn: merkle.Connection) -> None:
     _setup(run, tmp_path)
     other = (tmp_path / "other").as_uri()
+    merkle.connect(other).close()  # push makes no lake (a mistyped --to is an error)
     assert "sent 3 version(s)" in run.ok("push", "shop", "--to", other).stdout
     assert "up to date" in run.ok("push", "shop", "--to", other).stdout
     run.ok("pull", other, "shop", "--as", "back")
@@ -96,3 +98,17 @@ def test_push_pull_export_import(run: Run, tmp_path: Path, conn: merkle.Connecti
     car.write_bytes(car.read_bytes()[:-5])
     assert "truncated" in run.fails("import", str(car), "--db", "copy2")
     assert "copy2" not in conn.list_dbs()
+
+
+def test_a_table_conflict_says_that_resolving_takes_a_whole_table(run: Run, tmp_path: Path) -> None:
+    """Both sides add field 'note' with different types: --resolve theirs takes their
+    whole table and drops our new row, which the message did not say."""
+    _setup(run, tmp_path)
+    run.ok("db", "clone", "shop", "dev")
+    (tmp_path / "ours.csv").write_text("id,note\n5,1\n")
+    (tmp_path / "theirs.csv").write_text("id,note\n6,abc\n")
+    run.ok("load", "shop", "t", str(tmp_path / "ours.csv"))
+    run.ok("load", "dev", "t", str(tmp_path / "theirs.csv"))
+    line = run.fails("merge", "dev", "shop")
+    assert "field 'note' changed on both sides" in line
+    assert "takes that side's whole table" in line

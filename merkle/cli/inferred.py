@@ -1,0 +1,203 @@
+"""Types pyarrow inferred for a text file that would store its values wrongly.
+
+pyarrow's CSV and JSON readers choose a column's type from the first block
+of a file. Two of their choices lose data without a word, so ``merkle load``
+refuses them (before anything is written) unless the user asked for the type:
+
+- **binary**: a CSV column holding bytes that are not UTF-8 (a Latin-1 file)
+  is read as ``binary``, and every value of it would be stored as bytes, the
+  valid text too. The error names the column and the first row and byte that
+  is not UTF-8, and says to re-encode the file or to declare the column binary.
+- **float64 for integers**: one integer beyond int64 (>= 2**63) makes the
+  whole column float64, so 12345678901234567 becomes 1.2345678901234568e16
+  and two distinct keys can collapse into one. The error names the column and
+  suggests an exact type (``decimal128(38,0)`` or ``string``).
+
+The integer check is exact rather than a rule on magnitudes: a float64
+column is suspect only when every value of the first batch is integral (a
+cheap vectorized test; a column with a 2.5 in it is plainly float data), and
+only then is the text of that batch's rows read again, for those columns
+only, to see whether every value was written as an integer literal (``7``,
+not ``7.0`` or ``7e0``). Values written as floats are float data whatever
+their size, and a column of integer literals is integer data whatever their
+size, so neither a large ``1e19`` nor a small ``3`` is misjudged. The extra
+read costs one block of one file, and only when a column is suspect.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from merkle.cli.common import CliError
+from merkle.cli.sources import BLOCK_SIZE, ReadOptions, Source, csv_parse_options, head_bytes
+
+__all__ = ["check_inferred", "not_utf8"]
+
+#: An integer literal as the CSV reader accepts one (surrounding blanks allowed).
+_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
+#: The range of int64, the widest integer type the readers infer.
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def check_inferred(
+    batch: pa.RecordBatch,
+    source: Source,
+    options: ReadOptions,
+    binary_ok: Sequence[str],
+    first_row: int,
+) -> None:
+    """CliError when the first batch of a CSV or JSON Lines file has a column of a type
+    the user did not ask for and that would store its values wrongly (see the module doc).
+
+    ``binary_ok`` are the columns that may be binary (declared so by the table or the
+    options); the columns read with a given type (``options``) are never checked.
+    """
+    if source.fmt not in ("csv", "jsonl"):
+        return  # a Parquet file's types are its own, not inferred
+    given = {**options.column_types, **options.key_types}
+    suspects = []
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        if name in given:
+            continue
+        kind = column.type
+        if (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)) and name not in binary_ok:
+            raise CliError(_binary_message(source, name, column, first_row))
+        if pa.types.is_floating(kind) and _all_integral(column):
+            suspects.append(name)
+    if suspects:
+        _check_integer_text(source, options, suspects, batch.num_rows)
+
+
+def not_utf8(value: bytes) -> str | None:
+    """Where ``value`` stops being UTF-8 (``byte 0xe9 at offset 3 of b'Jos\\xe9'``), or
+    None when it is UTF-8."""
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        shown = repr(value if len(value) <= 40 else value[:37] + b"...")
+        return f"byte 0x{value[exc.start]:02x} at offset {exc.start} of {shown}"
+    return None
+
+
+def _binary_message(source: Source, name: str, column: pa.Array, first_row: int) -> str:
+    where = ""
+    for i, value in enumerate(column.to_pylist()):
+        problem = not_utf8(value) if isinstance(value, bytes) else None
+        if problem is not None:
+            row = first_row + i
+            line = f", line {row + 1}" if source.fmt == "csv" else ""
+            where = f" (row {row}{line}: {problem})"
+            break
+    return (
+        f"cannot read {source.name} as {source.fmt}: column {name!r} is not UTF-8 text{where}; "
+        "re-encode the file as UTF-8 (a Latin-1 file: iconv -f latin1 -t utf-8), or pass "
+        f"--column-types {name}:binary to store the column's bytes as they are"
+    )
+
+
+def _all_integral(column: pa.Array) -> bool:
+    """Every non-null value is a whole number (NaN is not): the text may be integers."""
+    if column.null_count == len(column):
+        return False
+    whole = pc.equal(pc.floor(column), column)
+    return bool(pc.all(whole).as_py())
+
+
+def _check_integer_text(source: Source, options: ReadOptions, names: list[str], rows: int) -> None:
+    """CliError naming the first of ``names`` whose text in the first ``rows`` rows is
+    integer literals only."""
+    try:
+        texts = _first_texts(source, options, names, rows)
+    except (pa.ArrowException, OSError, ValueError):
+        return  # the text cannot be read again (a quoted line break cut by the head): no proof
+    for name in names:
+        values = [v for v in texts.get(name, []) if v is not None]
+        if not values or not all(_INTEGER.fullmatch(v) for v in values):
+            continue
+        big = next((v.strip() for v in values if not _INT64[0] <= int(v) <= _INT64[1]), None)
+        example = f" (such as {big})" if big else ""
+        raise CliError(
+            f"cannot read {source.name} as {source.fmt}: column {name!r} holds integers beyond "
+            f"int64{example}, which would be stored as float64 and lose precision; pass "
+            f"--column-types {name}:decimal128(38,0) (or {name}:string) to keep them exact, "
+            f"or {name}:float64 to accept the rounding"
+        )
+
+
+def _first_texts(
+    source: Source, options: ReadOptions, names: list[str], rows: int
+) -> dict[str, list[str | None]]:
+    """The text of ``names`` in the first ``rows`` rows of the file (None: no value)."""
+    head = head_bytes(source)
+    if source.fmt == "csv":
+        return _csv_texts(head, source, options, names, rows)
+    out: dict[str, list[str | None]] = {name: [] for name in names}
+    for record in _json_records(head, rows):
+        for name in names:
+            value = record.get(name)
+            out[name].append(None if value is None else value.text)
+    return out
+
+
+def _csv_texts(
+    head: bytes, source: Source, options: ReadOptions, names: list[str], rows: int
+) -> dict[str, list[str | None]]:
+    convert = pacsv.ConvertOptions(
+        include_columns=names,
+        column_types={name: pa.string() for name in names},
+        null_values=list(options.null_values),
+        strings_can_be_null=True,
+    )
+    reader = pacsv.open_csv(
+        pa.BufferReader(head),
+        read_options=pacsv.ReadOptions(block_size=BLOCK_SIZE, use_threads=False),
+        parse_options=csv_parse_options(options, source.path),
+        convert_options=convert,
+    )
+    out: dict[str, list[str | None]] = {name: [] for name in names}
+    try:
+        got = 0
+        for batch in reader:
+            for name in names:
+                out[name].extend(batch.column(name).to_pylist())
+            got += batch.num_rows
+            if got >= rows:
+                break
+    finally:
+        reader.close()
+    return {name: values[:rows] for name, values in out.items()}
+
+
+class _Literal:
+    """A JSON number as it is written (``7``, ``7.0``, ``7e0``)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _json_records(head: bytes, rows: int) -> Iterator[dict[str, Any]]:
+    """The first ``rows`` objects of JSON Lines text, numbers kept as their literals."""
+    got = 0
+    for line in head.split(b"\n"):
+        if got >= rows:
+            return
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(
+                line,
+                parse_int=_Literal,
+                parse_float=_Literal,
+            )
+        except ValueError:
+            return  # a line cut by the end of the head, or one the reader refused
+        got += 1
+        if isinstance(record, dict):
+            yield {k: v for k, v in record.items() if isinstance(v, _Literal)}
