@@ -159,6 +159,12 @@ def read_options(options: Mapping[str, str]) -> ReadOptions:
     fields = None
     if options.get("fields") is not None:
         fields = tuple(f.strip() for f in str(options["fields"]).split(",") if f.strip())
+        repeated = sorted({name for name in fields if fields.count(name) > 1})
+        if repeated:  # Spark would fail deep in the JVM on a schema naming a column twice
+            raise UsageError(
+                f"option 'fields' names {repeated[0]!r} more than once ({options['fields']!r}): "
+                "name each field once"
+            )
     mixed = str(options.get("mixed", "variant")).lower()
     if mixed not in MIXED:
         raise UsageError(f"option 'mixed' must be one of {MIXED}, got {mixed!r}")

@@ -196,7 +196,7 @@ class RowConverter:
                 columns.append(column if is_cbor_field(stored) else cbor_column(rows, name))
             else:
                 try:
-                    columns.append(column.cast(field.type))
+                    columns.append(_cast_values(column, field.type))
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                     raise UsageError(
                         f"field {name!r} holds {column.type} values that do not fit the "
@@ -204,6 +204,16 @@ class RowConverter:
                     ) from None
         table = pa.Table.from_arrays(columns, schema=target)
         yield from table.to_batches(max_chunksize=max_rows)
+
+
+def _cast_values(column: pa.ChunkedArray | pa.Array, target: pa.DataType) -> Any:
+    """``column`` cast to ``target``, refused only for a value that does not fit (as Spark
+    casts): Arrow refuses an integer to a decimal whose precision is below the integer
+    type's whole range (int32 to decimal(5, 1)) even when every value fits, so such a
+    cast goes through the widest decimal of the target's scale, which checks values."""
+    if pa.types.is_decimal(target) and pa.types.is_integer(column.type):
+        column = column.cast(pa.decimal128(38, target.scale))
+    return column.cast(target)
 
 
 def from_spark(batch: pa.RecordBatch | pa.Table, cbor_fields: Sequence[str] = ()) -> pa.Table:

@@ -267,6 +267,26 @@ def test_user_schema_is_checked_and_projects(spark: Any, file_lake: Any, lake_co
         reader(spark, file_lake, "shop", "orders").schema(wrong).load().collect()
 
 
+def test_an_integer_field_is_read_as_a_decimal_its_values_fit(
+    spark: Any, file_lake: Any, lake_conn: Any
+) -> None:
+    """Arrow refused int32 -> decimal(5, 1) for the type's range (precision 11 needed),
+    though every value fits and Spark casts them."""
+    import decimal
+
+    import pyarrow as pa
+
+    conn = lake_conn(file_lake)
+    rows = pa.table({"id": pa.array(range(10), pa.int64()), "a": pa.array(range(10), pa.int32())})
+    conn.create_db("d").create_table("t", key="id").write("t", rows).commit()
+    schema = "id long, a decimal(5,1)"
+    df = reader(spark, file_lake, "d", "t").schema(schema).load()
+    assert [r["a"] for r in df.orderBy("id").collect()] == [decimal.Decimal(i) for i in range(10)]
+    conn.open_db("d").write("t", [{"id": 10, "a": 100_000}]).commit()
+    with pytest.raises(Exception, match="'a' holds int32 values that do not fit"):
+        reader(spark, file_lake, "d", "t").schema(schema).load().collect()
+
+
 def test_bad_options_say_what_to_do(spark: Any, file_lake: Any, lake_conn: Any) -> None:
     straddling_table(lake_conn(file_lake))
     with pytest.raises(Exception, match="'table'"):
@@ -275,4 +295,7 @@ def test_bad_options_say_what_to_do(spark: Any, file_lake: Any, lake_conn: Any) 
         reader(spark, file_lake, "shop", "nope").load()
     with pytest.raises(Exception, match="unknown options"):
         reader(spark, file_lake, "shop", "orders", endpoint="x").load()
+    # Before: a schema naming 'who' twice, and a JVM error at the first collect().
+    with pytest.raises(Exception, match="option 'fields' names 'who' more than once"):
+        reader(spark, file_lake, "shop", "orders", fields="who,who").load()
     assert issubclass(MerkleError, Exception)
