@@ -42,6 +42,7 @@ from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, Str
 from merkle.db.bulk import committed_table
 from merkle.db.database import Database
 from merkle.errors import UsageError
+from merkle.spark.failures import raised_as_merkle_errors
 from merkle.spark.jobs import (
     GROUP,
     MARKER,
@@ -99,7 +100,8 @@ def write(
     opts = WriteOptions(
         lake_ref(lake, options), db, table, key, key_codec, message, author, lease_ttl
     )
-    return _run(df, opts, "replace" if mode == "overwrite" else "upsert", rows_per_task)
+    with raised_as_merkle_errors():
+        return _run(df, opts, "replace" if mode == "overwrite" else "upsert", rows_per_task)
 
 
 def delete(
@@ -132,7 +134,8 @@ def delete(
         )
     if stored.codec is None:
         return conn.open_db(db)  # never written: nothing to delete
-    return _run(keys_df, opts, "delete", rows_per_task)
+    with raised_as_merkle_errors():
+        return _run(keys_df, opts, "delete", rows_per_task)
 
 
 def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None) -> Database:

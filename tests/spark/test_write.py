@@ -218,6 +218,17 @@ def test_write_errors_are_clear(spark: Any, file_lake: Any, lake_conn: Any) -> N
         merkle.spark.write(df, file_lake.uri, "shop", "orders", key="who")
     with pytest.raises(UsageError, match="no column 'id'"):
         merkle.spark.write(df.selectExpr("who"), file_lake.uri, "shop", "orders")
+    # Keys are checked in the tasks: a task's error comes back as itself, one message
+    # (before: a PythonException holding the worker's traceback).
+    nulls = spark.createDataFrame([(None, "x"), (2, "y")], "id long, who string")
+    for call in (
+        lambda: merkle.spark.write(nulls, file_lake.uri, "shop", "orders"),
+        lambda: merkle.spark.delete(spark, file_lake.uri, "shop", "orders", nulls.select("id")),
+    ):
+        with pytest.raises(UsageError) as raised:
+            call()
+        assert "Traceback" not in str(raised.value)
+        assert "\n" not in str(raised.value)
     assert committed_table(conn.open_db("shop"), "orders").count == 201
     assert isinstance(spark_rows(reader(spark, file_lake, "shop", "orders").load(), "id"), list)
 
