@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from merkle.errors import SchemaError, UsageError
 from merkle.lazy import compute as pc
+from merkle.tablets.fits import loss_check
 from merkle.tablets.freeform import in_micros
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
 from merkle.tablets.schema import (
@@ -166,10 +167,10 @@ def _typed_array(
     name: str, values: Sequence[Any], target: pa.DataType, key_of: Callable[[int], Any]
 ) -> pa.Array:
     """Python values as an array of ``target``; SchemaError naming the first that does not fit."""
-    integral = pa.types.is_integer(target)
+    lost = loss_check(target)
     try:
         array = pa.array(values, type=target)
-        if not integral or not any(_fractional(v) for v in values):
+        if lost is None or not any(lost(v) for v in values if v is not None):
             return array
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         pass
@@ -177,8 +178,9 @@ def _typed_array(
         if value is None:
             continue
         try:
-            if integral and _fractional(value):
-                raise ValueError("it is not a whole number")  # pyarrow would truncate it
+            reason = None if lost is None else lost(value)
+            if reason:
+                raise ValueError(reason)  # pyarrow would cut or round it without a word
             pa.array([value], type=target)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
             raise SchemaError(
@@ -188,10 +190,6 @@ def _typed_array(
                 "schema-free, or fix the value"
             ) from None
     raise SchemaError(f"field {name!r} is {target}: its values do not fit it")
-
-
-def _fractional(value: Any) -> bool:
-    return isinstance(value, float) and not value.is_integer()
 
 
 def _check_nullability(

@@ -9,6 +9,7 @@ from typing import Any
 import pyarrow as pa
 
 import merkle
+from merkle.errors import NotFoundError
 from merkle.storage import ObjectStore
 
 
@@ -37,7 +38,10 @@ def snapshot(store: ObjectStore) -> Snapshot:
         if info.key.startswith("blocks/"):
             blocks.add(info.key)
         else:
-            others[info.key] = store.get(info.key)
+            try:
+                others[info.key] = store.get(info.key)
+            except NotFoundError:  # removed since the listing (a lease given up meanwhile)
+                continue
     return Snapshot(frozenset(blocks), others)
 
 

@@ -91,6 +91,51 @@ def test_values_that_fit_exactly_are_accepted(conn: merkle.Connection) -> None:
         db.write("t", pa.table({"id": [2**40], "a_small": [1]}))  # beyond the int32 key
 
 
+_MIDNIGHT = datetime.datetime(2026, 1, 1)
+#: field type, a Python value pyarrow cut or rounded into it without a word, one that fits.
+_LOSSY: dict[str, tuple[pa.DataType, Any, Any]] = {
+    "date32": (pa.date32(), datetime.datetime(2026, 1, 1, 12, 30), _MIDNIGHT),
+    "date64": (pa.date64(), datetime.datetime(2026, 1, 1, 0, 0, 1), datetime.date(2026, 1, 1)),
+    "timestamp_s": (
+        pa.timestamp("s"),
+        _MIDNIGHT.replace(microsecond=500_000),
+        _MIDNIGHT.replace(second=5),
+    ),
+    "timestamp_ms_utc": (
+        pa.timestamp("ms", tz="UTC"),
+        _MIDNIGHT.replace(microsecond=1, tzinfo=datetime.UTC),
+        _MIDNIGHT.replace(microsecond=2_000, tzinfo=datetime.UTC),
+    ),
+    "time32_s": (pa.time32("s"), datetime.time(1, 2, 3, 4), datetime.time(1, 2, 3)),
+    "duration_s": (
+        pa.duration("s"),
+        datetime.timedelta(seconds=1.5),
+        datetime.timedelta(days=2),
+    ),
+    "float32": (pa.float32(), 0.1, 0.5),
+    "float32_range": (pa.float32(), 1e39, -(2.0**100)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_LOSSY))
+def test_a_record_value_a_field_would_cut_or_round_is_a_schema_error(
+    conn: merkle.Connection, name: str
+) -> None:
+    """Before: pyarrow cut or rounded these dict values into the field without a word,
+    while the same values as Arrow data were refused."""
+    kind, lossy, fits = _LOSSY[name]
+    schema = pa.schema([("id", pa.int64()), ("v", kind)])
+    db = conn.create_db(f"d_{name}").create_table("t", key="id", schema=schema)
+    db = db.write("t", [{"id": 1, "v": fits}]).commit()
+    for change in (
+        lambda: db.write("t", [{"id": 2, "v": lossy}]),
+        lambda: db.update("t", {1: {"v": lossy}}),
+    ):
+        with pytest.raises(SchemaError, match=r"'v' .*key [12].* does not fit it"):
+            change()
+    assert db.to_arrow("t").column("v").to_pylist() == pa.array([fits], kind).to_pylist()
+
+
 def test_mixed_values_in_a_first_write_are_refused_unless_declared_free(
     conn: merkle.Connection,
 ) -> None:
