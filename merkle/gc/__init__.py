@@ -91,13 +91,13 @@ def set_retention(
     from merkle.gc.policy import Policy, Retention, load_policy, parse_duration, save_policy
 
     policy = load_policy(conn.store)
-    within = parse_duration(keep_within) if keep_within is not None else None
+    within = parse_duration(keep_within, "keep_within") if keep_within is not None else None
     retention = Retention(keep_versions, within)
     if db is None:
         policy = policy.with_default(retention)
     else:
         policy = policy.with_database(db, None if retention.keeps_everything else retention)
     if grace is not None:
-        policy = Policy(policy.default, policy.databases, parse_duration(grace))
+        policy = Policy(policy.default, policy.databases, parse_duration(grace, "grace"))
     save_policy(conn.store, policy)
     return policy

@@ -28,7 +28,8 @@
    is still ours and re-read each candidate's timestamp (one that is gone,
    or was refreshed by a writer reusing it, is spared).
 8. Remove expired leases and crash leftovers (temporary files older than the
-   grace period and than :data:`TEMPORARY_MIN_AGE`); save the report under ``gc/``.
+   grace period and than :data:`TEMPORARY_MIN_AGE`, by the storage's clock);
+   save the report under ``gc/``.
 
 A dry run does steps 1-3 and 6 without the lock (counting live writer
 leases in the cutoff instead of waiting for them) and deletes and trims
@@ -45,6 +46,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from merkle.blocks.cid import CID
+from merkle.errors import NotFoundError, StorageError
 from merkle.gc.fanout import Fanout, Progress
 from merkle.gc.mark import Marker
 from merkle.gc.policy import Policy, Retention, load_policy, parse_duration
@@ -59,7 +61,7 @@ from merkle.refs import (
     WritersBusyError,
     audit_journal,
 )
-from merkle.storage.base import ObjectInfo
+from merkle.storage.base import ObjectInfo, ObjectStore
 
 if TYPE_CHECKING:
     from merkle.db.connection import Connection
@@ -81,6 +83,9 @@ WRITER_WAIT = 60.0
 #: written without a lease), so GC never removes it, whatever the grace period:
 #: a grace of "0s" must not fail a concurrent writer's rename.
 TEMPORARY_MIN_AGE = 600.0
+#: Rewritten by each collection before it removes temporaries: its modification
+#: time is the storage's clock, against which their ages are measured.
+CLOCK_KEY = "gc/clock"
 
 
 def journal_names(conn: Connection) -> list[str]:
@@ -105,7 +110,7 @@ def _kept_entries(
     else:
         firsts = []
         if retention.keep_versions is not None:
-            firsts.append(head.version - retention.keep_versions + 1)
+            firsts.append(_nth_committed(entries, retention.keep_versions))
         if retention.keep_within is not None:
             start = now - retention.keep_within
             before = [e.version for e in entries if e.time <= start]
@@ -114,6 +119,23 @@ def _kept_entries(
     if floor is not None:
         first = max(oldest, min(first, floor))
     return [e for e in reversed(entries) if e.version >= first], first
+
+
+def _nth_committed(entries: Sequence[JournalEntry], count: int) -> int:
+    """The version of the ``count``-th newest entry that is not a GC fence (else the oldest).
+
+    ``keep_versions`` counts the states users committed: a fence repeats the
+    root below it, so counting it would keep one state fewer than asked (and
+    a collection that fenced would trim a version a user still expects).
+    Fences above that entry are kept with it.
+    """
+    seen = 0
+    for entry in reversed(entries):
+        if not entry.fence:
+            seen += 1
+            if seen == count:
+                return entry.version
+    return entries[0].version
 
 
 @contextlib.contextmanager
@@ -274,10 +296,10 @@ def gc(
     """
     policy = load_policy(conn.store)
     if keep_versions is not None or keep_within is not None:
-        within = parse_duration(keep_within) if keep_within is not None else None
+        within = parse_duration(keep_within, "keep_within") if keep_within is not None else None
         policy = policy.with_default(Retention(keep_versions, within))
     if grace is not None:
-        policy = Policy(policy.default, policy.databases, parse_duration(grace))
+        policy = Policy(policy.default, policy.databases, parse_duration(grace, "grace"))
     conn._writer.release_idle()  # this connection's own idle lease is not a running writer
     fanout = fanout or Fanout()
     run = _Run(conn, policy, dry_run, progress, fanout)
@@ -305,6 +327,17 @@ def gc(
         _collect(run, listed, None, writer_wait, tell)
     else:
         lock = conn.leases.acquire_gc_lock(lock_ttl, wait_timeout=writer_wait)
+        if lock.replaced is not None:
+            old = lock.replaced
+            timing = conn.leases.timing
+            report.notes.append(
+                f"took the GC lock over from generation {old.generation} of {old.holder}, "
+                f"which names {timing.describe(old.expires)} as its expiry: "
+                + (
+                    timing.skew_note(old.start, old.expires)
+                    or "it stayed unchanged for longer than its stated duration"
+                )
+            )
         with _held(lock, lock_ttl):
             run.phase("lock")
             _collect(run, listed, lock, writer_wait, tell)
@@ -374,11 +407,41 @@ def _collect(
     run.phase("sweep")
     leases.reap_expired()
     lock.ensure_held()
+    _remove_temporaries(run)
+    run.phase("cleanup")
+
+
+def _remove_temporaries(run: _Run) -> None:
+    """Remove crash leftovers older than the grace period and :data:`TEMPORARY_MIN_AGE`.
+
+    Their ages are modification times, set by the storage's clock (the file
+    server's, S3's), so they are measured against that clock, read from an
+    object written just now (:func:`storage_now`): a collector whose own
+    clock runs ahead must not take a write in flight for an old leftover.
+    """
+    store, report = run.conn.store, run.report
     age = max(run.policy.grace.total_seconds(), TEMPORARY_MIN_AGE)
-    temporaries, temporary_bytes = conn.store.remove_stale_temporaries(timing.now() - age)
+    try:
+        now = storage_now(store, run.conn.leases.timing.now())
+    except (StorageError, NotFoundError) as exc:
+        report.notes.append(
+            f"leftover temporary files were not removed: the storage's clock could not be "
+            f"read from {CLOCK_KEY!r} ({exc}); the next collection tries again"
+        )
+        return
+    temporaries, temporary_bytes = store.remove_stale_temporaries(now - age)
     report.temporaries_removed = temporaries
     report.temporary_bytes_removed = temporary_bytes
-    run.phase("cleanup")
+
+
+def storage_now(store: ObjectStore, collector_now: float) -> float:
+    """The storage's own idea of now: the modification time of :data:`CLOCK_KEY`, written now.
+
+    The object holds ``collector_now`` (for whoever compares the two clocks);
+    it is a hint write (no flush): only its timestamp matters.
+    """
+    store.put_hint(CLOCK_KEY, repr(float(collector_now)).encode("ascii"))
+    return store.stat(CLOCK_KEY).mtime
 
 
 def _pass_writers(run: _Run, lock: GCLock, writer_wait: float, tell: Notify) -> None:
@@ -396,12 +459,19 @@ def _pass_writers(run: _Run, lock: GCLock, writer_wait: float, tell: Notify) -> 
     with contextlib.suppress(WritersBusyError):
         lock.wait_for_writers(writer_wait, notify=waiting)
     passed = [
-        lease
-        for lease in conn.leases.lease_holders("writer")
-        if not timing.observer_live(lease.expires)
+        lease for lease in conn.leases.lease_holders("writer") if not conn.leases.respected(lease)
     ]
     if not passed:
         return
+    for lease in passed:
+        if timing.observer_live(lease.expires):  # over by what this collector saw, not its times
+            skew = timing.skew_note(lease.start, lease.expires)
+            report.notes.append(
+                f"writer lease {lease.id} of {lease.holder} counted as ended although it "
+                f"names {timing.describe(lease.expires)} as its expiry: "
+                + (skew or "it stayed unchanged for longer than its stated duration")
+                + "; its writer is fenced off like a stalled one"
+            )
     tell(
         f"going on without {len(passed)} writer lease(s) ({passed[0].id} of "
         f"{passed[0].holder}); fencing every journal so they cannot commit on this sweep"

@@ -8,6 +8,11 @@ began (so ``open_db(at=now - keep_within)`` still works); the union when both
 are set, and always the head;
 with neither set it keeps every version. ``grace`` is how old an unreachable
 block must be before it may be deleted.
+
+Durations longer than :data:`MAX_DURATION` (100 years) are refused when
+given (``UsageError``); one stored by an older merkle-db that accepted them
+is clamped to it when read, which keeps the same versions (none is older)
+and lets GC run instead of overflowing.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from merkle.storage.base import ObjectStore
 
 __all__ = [
     "DEFAULT_GRACE",
+    "MAX_DURATION",
     "POLICY_KEY",
     "Policy",
     "Retention",
@@ -43,16 +49,24 @@ DEFAULT_GRACE = timedelta(hours=1)
 
 _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([wdhms])")
+#: The longest duration accepted: 36500 days (100 years). Longer ones meant
+#: "forever" and would overflow the dates GC computes (``now - keep_within``);
+#: keeping every version is the default, and a grace this long never deletes.
+MAX_DURATION = timedelta(days=36500)
 
 
-def parse_duration(text: str | timedelta) -> timedelta:
-    """``"7d"``, ``"1h30m"``, ``"45s"``, ``"2w"`` (or a timedelta) as a timedelta."""
+def parse_duration(text: str | timedelta, what: str = "a duration") -> timedelta:
+    """``"7d"``, ``"1h30m"``, ``"45s"``, ``"2w"`` (or a timedelta) as a timedelta.
+
+    ``what`` names the option in errors (``"grace"``, ``"keep_within"``). A
+    duration longer than :data:`MAX_DURATION` is a UsageError saying so.
+    """
     if isinstance(text, timedelta):
         if text < timedelta(0):
-            raise UsageError(f"a duration cannot be negative, got {text}")
-        return text
+            raise UsageError(f"{what} cannot be a negative duration, got {text}")
+        return _check_range(text.total_seconds(), text, what)
     if not isinstance(text, str) or not text.strip():
-        raise UsageError(f"a duration must be text like '7d' or '1h30m', got {text!r}")
+        raise UsageError(f"{what} must be a duration, text like '7d' or '1h30m', got {text!r}")
     spec = text.strip().lower()
     pos, seconds = 0, 0.0
     for match in _DURATION.finditer(spec):
@@ -62,9 +76,26 @@ def parse_duration(text: str | timedelta) -> timedelta:
         pos = match.end()
     if pos != len(spec) or pos == 0:
         raise UsageError(
-            f"bad duration {text!r}: use a number and a unit (w, d, h, m, s), e.g. 7d, 1h30m, 45s"
+            f"bad duration {text!r} for {what}: use a number and a unit (w, d, h, m, s), "
+            "e.g. 7d, 1h30m, 45s"
+        )
+    return _check_range(seconds, text, what)
+
+
+def _check_range(seconds: float, given: object, what: str) -> timedelta:
+    if not seconds <= MAX_DURATION.total_seconds():  # also refuses inf and nan
+        option = f" (--{what.replace('_', '-')})" if what in ("grace", "keep_within") else ""
+        advice = "; leave keep_within unset to keep every version" if what == "keep_within" else ""
+        raise UsageError(
+            f"{what}{option} is too long: {given!s} is more than the largest accepted, "
+            f"{MAX_DURATION.days}d (100 years){advice}"
         )
     return timedelta(seconds=seconds)
+
+
+def _clamped(seconds: float) -> timedelta:
+    """A stored duration, clamped to :data:`MAX_DURATION` (see :meth:`Policy.from_node`)."""
+    return timedelta(seconds=min(seconds, MAX_DURATION.total_seconds()))
 
 
 def _check_keep_versions(value: object) -> int | None:
@@ -87,7 +118,7 @@ class Retention:
     def __post_init__(self) -> None:
         _check_keep_versions(self.keep_versions)
         if self.keep_within is not None:
-            parse_duration(self.keep_within)
+            parse_duration(self.keep_within, "keep_within")
 
     @property
     def keeps_everything(self) -> bool:
@@ -116,7 +147,7 @@ class Retention:
         if within is not None and (not _number(within) or within < 0):
             raise IntegrityError(f"{POLICY_KEY!r} holds keep_within_seconds {within!r}")
         try:
-            return cls(versions, timedelta(seconds=within) if within is not None else None)
+            return cls(versions, _clamped(within) if within is not None else None)
         except (UsageError, OverflowError) as exc:
             raise IntegrityError(f"{POLICY_KEY!r} holds a bad retention: {exc}") from None
 
@@ -168,7 +199,7 @@ class Policy:
             return cls(
                 Retention.from_node(node.get("default")),
                 {name: Retention.from_node(r) for name, r in databases.items()},
-                timedelta(seconds=grace),
+                _clamped(grace),
             )
         except OverflowError:
             raise IntegrityError(f"{POLICY_KEY!r} holds a duration out of range") from None

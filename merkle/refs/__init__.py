@@ -12,6 +12,7 @@ from merkle.lazy import lazy_attributes
 from merkle.refs.entry import JournalEntry
 from merkle.refs.errors import (
     JournalConflictError,
+    JournalGapError,
     JournalIndeterminateError,
     LeaseExpiredError,
     LockHeldError,
@@ -57,6 +58,7 @@ __all__ = [
     "JournalConflictError",
     "JournalDamagedError",
     "JournalEntry",
+    "JournalGapError",
     "JournalIndeterminateError",
     "Lease",
     "LeaseExpiredError",

@@ -7,10 +7,11 @@ database layer reload, retry or report without parsing messages.
 
 from __future__ import annotations
 
-from merkle.errors import CommitIndeterminateError, ConflictError
+from merkle.errors import CommitIndeterminateError, ConflictError, IntegrityError
 
 __all__ = [
     "JournalConflictError",
+    "JournalGapError",
     "JournalIndeterminateError",
     "LeaseExpiredError",
     "LockHeldError",
@@ -35,6 +36,27 @@ class JournalConflictError(ConflictError):
         self.db = db
         self.expected = expected
         self.found = found
+
+
+class JournalGapError(IntegrityError):
+    """Entry ``missing`` of ``db`` is gone while a newer entry exists above it.
+
+    Only outside damage deletes a journal entry between the retention floor
+    and the head. Serving the entry below the gap as the head would show a
+    shorter history, and committing into the gap would write a version that
+    readers who find the real head never see, so both refuse.
+    """
+
+    def __init__(self, db: str, missing: int, key: str) -> None:
+        super().__init__(
+            f"the journal of database {db!r} is damaged: entry {key!r} (version {missing}) "
+            f"is missing while version {missing + 1} exists above it (only outside damage "
+            "deletes an entry); nothing was read past it or written into it: run "
+            "`merkle verify`, then restore the entry from a backup or give up the versions "
+            'below the gap, as doc/operations.md ("How GC stays safe") describes'
+        )
+        self.db = db
+        self.missing = missing
 
 
 class JournalIndeterminateError(CommitIndeterminateError):

@@ -81,9 +81,20 @@ class LockState:
     def key(self) -> str:
         return lock_key(self.generation)
 
-    def held(self, timing: Timing) -> bool:
-        """Whether others must treat this generation as holding the lock."""
-        return not self.released and timing.observer_live(self.expires)
+    def held(self, timing: Timing, *, distrust_future: bool = False) -> bool:
+        """Whether others must treat this generation as holding the lock.
+
+        Bounded by what the observer saw (:meth:`Timing.observed_live`): a
+        generation seen unchanged for longer than its stated duration is not
+        held, whatever its holder's clock said (a live holder renews it).
+        ``distrust_future`` (for a collector about to take the lock over, which
+        is safe: the old holder stops at its next check) also ignores one whose
+        start lies implausibly far in the observer's future. Writers never
+        pass it: a live collector's lock must keep them out.
+        """
+        return not self.released and timing.observed_live(
+            self.key, self.start, self.expires, distrust_future=distrust_future
+        )
 
 
 def lock_key(generation: int) -> str:
@@ -214,11 +225,15 @@ class GCLock:
         state: LockState,
         timing: Timing,
         live_writers: Callable[[], Sequence[Lease]],
+        replaced: LockState | None = None,
     ) -> None:
         self.store = store
         self.state = state
         self._timing = timing
         self._live_writers = live_writers
+        #: The generation taken over although its own times said it was held (its
+        #: holder's clock ran ahead, or it stayed unchanged past its duration).
+        self.replaced = replaced
 
     @property
     def generation(self) -> int:
@@ -342,14 +357,15 @@ def acquire_gc_lock(
     deadline = timing.now() + timing.check_timeout(wait_timeout, "wait_timeout")
     while True:
         current = read_lock(store)
-        if current is not None and current.held(timing):
+        if current is not None and current.held(timing, distrust_future=True):
             if timing.now() >= deadline:
+                skew = timing.skew_note(current.start, current.expires)
                 raise LockHeldError(
                     f"the GC lock is held by {current.holder} (generation "
                     f"{current.generation}) until {timing.describe(current.expires)} plus a "
-                    f"{timing.margin:g}s skew margin; another garbage collection is running: "
-                    "retry later, or break the lock with `merkle gc --break-lock` if that "
-                    "collector is surely gone",
+                    f"{timing.margin:g}s skew margin{'; ' + skew if skew else ''}; another "
+                    "garbage collection is running: retry later, or break the lock with "
+                    "`merkle gc --break-lock` if that collector is surely gone",
                     holder=current.holder,
                     expires=current.expires,
                 )
@@ -367,7 +383,10 @@ def acquire_gc_lock(
             store.put(mine.key, _encode(replace(mine, released=True)))
             continue
         store.delete_many(lock_key(g) for g in _generations(store) if g < generation)
-        return GCLock(store, mine, timing, live_writers)
+        replaced = None
+        if current is not None and not current.released and timing.observer_live(current.expires):
+            replaced = current
+        return GCLock(store, mine, timing, live_writers, replaced)
 
 
 def break_gc_lock(store: ObjectStore, timing: Timing, holder: str) -> LockState | None:

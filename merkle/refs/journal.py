@@ -19,6 +19,7 @@ from merkle.blocks.cid import CID
 from merkle.errors import ConflictError, NotFoundError, StorageError, UsageError
 from merkle.refs.entry import (
     JournalEntry,
+    TrimmedEntry,
     as_utc,
     decode_slot,
     encode_entry,
@@ -28,7 +29,7 @@ from merkle.refs.entry import (
     parse_entry_key,
     trimmed_key,
 )
-from merkle.refs.errors import JournalConflictError, JournalIndeterminateError
+from merkle.refs.errors import JournalConflictError, JournalGapError, JournalIndeterminateError
 from merkle.refs.names import check_db_name
 from merkle.refs.reader import JournalReader, check_count, check_version
 from merkle.storage.base import ObjectStore
@@ -196,6 +197,7 @@ class RefManager(JournalReader):
             raise JournalConflictError(
                 db, expected, None, f"version {parent.version} was removed by retention"
             )
+        self._refuse_gap(db, expected, version)
         now = as_utc(self._now())
         entry = JournalEntry(
             db=db,
@@ -224,6 +226,22 @@ class RefManager(JournalReader):
         if committed.version % self._hint_every == 0 or committed.dropped:
             self._write_hint(db, data)
         return committed
+
+    def _refuse_gap(self, db: str, expected: int | None, version: int) -> None:
+        """Refuse to put slot ``version`` when the slot after it already holds an entry.
+
+        One read. An entry at ``version + 1`` was built on one at ``version``,
+        so the put would lose anyway, unless that entry was deleted from
+        outside: then ``put_if_absent`` would succeed and write a version no
+        reader who finds the real head ever sees. Racing writers are not
+        affected: the slot after the head is empty until one of them wins it.
+        """
+        if self._fetch_many(db, [version + 1])[0] is None:
+            return
+        if self._fetch_many(db, [version])[0] is None:
+            raise JournalGapError(db, version, entry_key(db, version))
+        found = self.head(db)
+        raise JournalConflictError(db, expected, None if found is None else found.version)
 
     def fence(self, db: str, generation: int, *, attempts: int = _DROP_ATTEMPTS) -> JournalEntry:
         """Append a copy of ``db``'s head (same root) so no writer's older view can commit.
@@ -390,7 +408,12 @@ class RefManager(JournalReader):
         """
         db = check_db_name(db)
         before_version = check_version(before_version, "before_version")
-        head = self.head(db)
+        try:
+            head: JournalEntry | TrimmedEntry | None = self.head(db)
+        except JournalGapError:
+            # Giving up the versions below a gap is the way out of it: the newest
+            # entry the journal holds stands in for the head the search refuses.
+            head = self._scan(db)
         if head is None:
             raise NotFoundError(f"database {db!r} does not exist")
         floor = self._floor_hint(db)

@@ -222,13 +222,14 @@ class LeaseManager:
                 return replace(lease, gc_generation=-1 if lock is None else lock.generation)
             self.store.delete(lease.key)
             if self.timing.now() >= deadline:
+                skew = self.timing.skew_note(lock.start, lock.expires)
                 raise LockHeldError(
                     f"cannot start writing: a garbage collection holds the GC lock "
                     f"({lock.holder}, generation {lock.generation}, expiring "
                     f"{self.timing.describe(lock.expires)}, plus a {self.timing.margin:g}s "
-                    f"skew margin) and did not finish within {wait_timeout:g}s; retry later, "
-                    "or break the lock with `merkle gc --break-lock` if that collector is "
-                    "surely gone",
+                    f"skew margin{'; ' + skew if skew else ''}) and did not finish within "
+                    f"{wait_timeout:g}s; retry later, or break the lock with "
+                    "`merkle gc --break-lock` if that collector is surely gone",
                     holder=lock.holder,
                     expires=lock.expires,
                 )
@@ -300,14 +301,26 @@ class LeaseManager:
         lease object is an :class:`IntegrityError`: GC cannot know what it
         protects.
         """
-        leases = [lease for lease in self._all(kind) if self.timing.observer_live(lease.expires)]
+        leases = [lease for lease in self._all(kind) if self.respected(lease)]
         return sorted(leases, key=lambda lease: (lease.start, lease.id))
 
+    def respected(self, lease: Lease) -> bool:
+        """Whether others must still respect ``lease`` (its expiry plus the margin).
+
+        Bounded by what this process saw (:meth:`Timing.observed_live`): a
+        lease seen unchanged for longer than its stated duration is over,
+        whatever its holder's clock said; a writer lease whose start lies
+        implausibly far in this machine's future is over at once (garbage
+        collection fences off a writer it goes on without, so that is safe;
+        a reader lease keeps its blocks, so it is only ever bounded).
+        """
+        return self.timing.observed_live(
+            lease.key, lease.start, lease.expires, distrust_future=lease.kind == "writer"
+        )
+
     def reap_expired(self) -> int:
-        """Delete lease objects that expired (plus the margin); returns how many."""
-        dead = [
-            lease.key for lease in self._all(None) if not self.timing.observer_live(lease.expires)
-        ]
+        """Delete lease objects no longer respected (see :meth:`respected`); returns how many."""
+        dead = [lease.key for lease in self._all(None) if not self.respected(lease)]
         self.store.delete_many(dead)
         return len(dead)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Literal
 
 from merkle.errors import IntegrityError, NotFoundError, UsageError
 from merkle.refs.entry import (
@@ -27,6 +28,7 @@ from merkle.refs.entry import (
     parse_entry_key,
     trimmed_key,
 )
+from merkle.refs.errors import JournalGapError
 from merkle.refs.names import check_db_name
 from merkle.refs.search import gallop, last_true
 from merkle.storage.base import ObjectStore
@@ -118,10 +120,12 @@ class JournalReader:
     def head(self, db: str) -> JournalEntry | None:
         """The newest entry of ``db`` (root None if dropped); None if ``db`` never existed.
 
-        A manager that has seen the head before reads one slot past it (one
-        read when nothing changed); otherwise it starts from the ``HEAD`` hint
-        (else from slot 0) and probes past that: two reads when the hint is
-        current, O(log d) probes when it is d versions behind.
+        A manager that has seen the head before reads the two slots past it
+        and the floor (three reads when nothing changed); otherwise it starts
+        from the ``HEAD`` hint (else from the floor) and probes past that:
+        four reads when the hint is current, O(log d) probes when it is d
+        versions behind. The second slot past the head is the gap check:
+        :class:`JournalGapError` when an entry lies past an empty slot.
         """
         return self._head(check_db_name(db), self._fanout)
 
@@ -130,6 +134,11 @@ class JournalReader:
             known = self._known.get(db)
         if known is not None:
             following = self._fetch_many(db, [known.version + 1])[0]
+            if following is None:
+                # The slot after the cached head is empty: the head, unless a newer
+                # entry sits above the empty slot (see _beyond_gap).
+                beyond = self._beyond_gap(db, known.version)
+                following = None if beyond is False else beyond
             if following is None:
                 # Slots floor..head all exist, and a slot is freed only after the floor
                 # passed it, so read after this miss, a floor at or below the cached
@@ -146,7 +155,11 @@ class JournalReader:
             if hint is not None and hint > known.version + 1:
                 jumped = self._probe_past(db, hint, None, fanout)
             entry = jumped or self._probe_past(db, known.version + 1, following, fanout)
-            assert entry is not None
+            if entry is None:  # the whole journal vanished meanwhile (outside damage)
+                with self._lock:
+                    if self._known.get(db) is known:
+                        del self._known[db]
+                return self._head(db, fanout)
         else:
             cold = self._probe_cold(db, fanout)
             if cold is None:
@@ -168,6 +181,10 @@ class JournalReader:
             entry = self._probe_past(db, hint, None, fanout)
             if entry is not None:
                 return entry
+        return self._probe_from_floor(db, fanout)
+
+    def _probe_from_floor(self, db: str, fanout: int) -> JournalEntry | None:
+        """The head found from the retention floor's slot, else from a listing."""
         floor = self._floor_hint(db)
         data = self._fetch_many(db, [floor])[0]
         if data is not None:
@@ -228,6 +245,28 @@ class JournalReader:
             return [fetch(versions[0])]
         return self.store.map_bulk(fetch, versions)
 
+    def _beyond_gap(self, db: str, top: int) -> bytes | Literal[False] | None:
+        """Check that ``top`` is the head, having just seen slot ``top + 1`` empty.
+
+        One more read, of slot ``top + 2``: empty (the usual answer) means
+        ``top`` is the head, and None is returned. A writer builds slot ``n + 1``
+        only on an entry it read at slot ``n``, so an entry at ``top + 2`` means
+        slot ``top + 1`` was written before it: read again, it is either there
+        now (racing writers filled both meanwhile: its bytes are returned and
+        probing goes on) or it was deleted. Below the retention floor that was a
+        trim (False is returned); at or above it, only outside
+        damage deletes an entry, and serving ``top`` would show a shorter history
+        and let a commit fill the gap unseen: :class:`JournalGapError`.
+        """
+        if self._fetch_many(db, [top + 2])[0] is None:
+            return None
+        following = self._fetch_many(db, [top + 1])[0]
+        if following is not None:
+            return following
+        if top + 1 < self._floor_hint(db):
+            return False
+        raise JournalGapError(db, top + 1, entry_key(db, top + 1))
+
     def _probe_past(
         self, db: str, start: int, found: JournalEntry | TrimmedEntry | bytes | None, fanout: int
     ) -> JournalEntry | None:
@@ -255,6 +294,16 @@ class JournalReader:
             top = gallop(present, top + 1, fanout)
         elif top not in seen and not present([top])[0]:
             return None
+        while True:  # slot top + 1 was seen empty: the head, unless entries lie past it
+            following = self._beyond_gap(db, top)
+            if following is None:
+                break
+            if following is False:
+                # The probe ran below the retention floor (a hint or a cached head that
+                # retention trimmed meanwhile): only slots from the floor up count.
+                return self._probe_from_floor(db, fanout)
+            seen[top + 1] = following
+            top = gallop(present, top + 1, fanout)
         head = seen[top]
         if isinstance(head, bytes):
             head = decode_slot(head, entry_key(db, top), db, top)
@@ -372,8 +421,15 @@ class JournalReader:
         """Names of the live databases (dropped ones excluded), sorted."""
         names = [name for name in self.store.list_prefixes("refs/") if _valid_name(name)]
         # Sequential probes inside the pool's threads: a nested map_bulk could deadlock.
-        heads = self.store.map_bulk(lambda name: self._head(name, 1), names)
-        return sorted(name for name, head in zip(names, heads, strict=True) if _live(head))
+
+        def live(name: str) -> bool:
+            try:
+                return _live(self._head(name, 1))
+            except JournalGapError:
+                return True  # it exists; opening it says what is wrong and what to do
+
+        alive = self.store.map_bulk(live, names)
+        return sorted(name for name, ok in zip(names, alive, strict=True) if ok)
 
     def oldest_version(self, db: str) -> int | None:
         """The oldest version of ``db`` still kept (not trimmed); None if ``db`` never existed."""

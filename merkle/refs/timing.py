@@ -13,19 +13,40 @@ direction for the one asking:
 Between the two views lie ``2 * margin`` seconds, so clocks may disagree by
 up to ``2 * margin`` (and a holder may stall for that long between checking
 and acting) without a holder and an observer both acting on the same lease.
+
+A holder whose clock runs far *ahead* would otherwise leave objects that look
+live for as long as its clock is ahead (a day ahead: a day), long after it
+died. So an observer also bounds what it respects by what it has seen itself
+(:meth:`Timing.observed_live`): an object it has seen unchanged for longer
+than the object's own stated duration (``expires - start``), plus the
+margin, is no longer live, whatever its times say. A holder that is alive
+renews, which changes the object and starts the count again; with clocks
+that agree the bound never ends anything earlier than its expiry (the
+observer first sees an object after it was written). Writer leases, which
+garbage collection may safely go on without (it fences their writers off),
+and a GC lock another collector may safely take over, are in addition
+ignored at once when their start lies further in the observer's future than
+their stated duration plus :data:`FUTURE_SKEW_ALLOWANCE`.
 """
 
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from merkle.errors import UsageError
 
-__all__ = ["DEFAULT_POLL_INTERVAL", "DEFAULT_SKEW_MARGIN", "Timing"]
+__all__ = [
+    "DEFAULT_POLL_INTERVAL",
+    "DEFAULT_SKEW_MARGIN",
+    "FUTURE_SKEW_ALLOWANCE",
+    "Sightings",
+    "Timing",
+]
 
 #: Seconds of clock disagreement tolerated by default. NTP keeps servers far
 #: closer; writers do not depend on it for safety (a collector that goes on
@@ -34,6 +55,38 @@ __all__ = ["DEFAULT_POLL_INTERVAL", "DEFAULT_SKEW_MARGIN", "Timing"]
 DEFAULT_SKEW_MARGIN = 5.0
 #: Seconds between looks at the store while waiting for a lock or for writers.
 DEFAULT_POLL_INTERVAL = 0.5
+#: How far past its own duration the start of a writer lease (or, for a
+#: collector, of the GC lock) may lie in an observer's future before the
+#: observer takes it for the work of a clock that runs ahead and ignores it.
+FUTURE_SKEW_ALLOWANCE = 60.0
+#: Sightings remembered before the oldest are forgotten (a forgotten object
+#: that is seen again counts from then: later, never earlier).
+_MAX_SIGHTINGS = 4096
+
+
+class Sightings:
+    """When this process first saw each lease or lock object as it now stands.
+
+    Keyed by the object's key; an object whose expiry changed (renewed) is a
+    new sighting. Safe across threads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[str, tuple[float, float]] = {}  # key -> (expires, first seen)
+
+    def first_seen(self, key: str, expires: float, now: float) -> float:
+        """When ``key``, expiring at ``expires``, was first seen (``now`` if just now)."""
+        with self._lock:
+            known = self._seen.get(key)
+            if known is not None and known[0] == expires:
+                return known[1]
+            if len(self._seen) >= _MAX_SIGHTINGS:
+                oldest = sorted(self._seen, key=lambda k: self._seen[k][1])
+                for stale in oldest[: _MAX_SIGHTINGS // 2]:
+                    del self._seen[stale]
+            self._seen[key] = (expires, now)
+            return now
 
 
 @dataclass(frozen=True)
@@ -44,12 +97,18 @@ class Timing:
     sleep: Callable[[float], None] = time.sleep
     margin: float = DEFAULT_SKEW_MARGIN
     poll_interval: float = DEFAULT_POLL_INTERVAL
+    future_allowance: float = FUTURE_SKEW_ALLOWANCE
+    sightings: Sightings = field(default_factory=Sightings, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not _finite(self.margin) or self.margin < 0:
             raise UsageError(f"skew_margin must be a finite number >= 0, got {self.margin!r}")
         if not _finite(self.poll_interval) or self.poll_interval <= 0:
             raise UsageError(f"poll_interval must be a number > 0, got {self.poll_interval!r}")
+        if not _finite(self.future_allowance) or self.future_allowance < 0:
+            raise UsageError(
+                f"future_allowance must be a finite number >= 0, got {self.future_allowance!r}"
+            )
 
     def now(self) -> float:
         """Seconds since the epoch by this process's clock."""
@@ -62,6 +121,41 @@ class Timing:
     def observer_live(self, expires: float) -> bool:
         """Whether others must still respect something expiring at ``expires``."""
         return self.now() < expires + self.margin
+
+    def observed_live(
+        self, key: str, start: float, expires: float, *, distrust_future: bool = False
+    ) -> bool:
+        """Whether an observer must still respect object ``key`` (see the module doc).
+
+        Live while its expiry plus the margin has not passed *and* this
+        observer has not seen it unchanged for longer than its stated
+        duration (``expires - start``) plus the margin. ``distrust_future``:
+        also not live when its start lies implausibly far in the future
+        (:meth:`implausibly_ahead`).
+        """
+        now = self.now()
+        if now >= expires + self.margin:
+            return False
+        if distrust_future and self.implausibly_ahead(start, expires):
+            return False
+        first = self.sightings.first_seen(key, expires, now)
+        return now < first + max(0.0, expires - start) + self.margin
+
+    def implausibly_ahead(self, start: float, expires: float) -> bool:
+        """Whether ``start`` lies further in the future than the duration plus the allowance."""
+        return start - self.now() > max(0.0, expires - start) + self.future_allowance
+
+    def skew_note(self, start: float, expires: float) -> str:
+        """A sentence on a holder's clock running ahead, or "" if ``start`` is not ahead."""
+        ahead = start - self.now()
+        if ahead <= self.margin:
+            return ""
+        return (
+            f"its start lies {_span(ahead)} in this machine's future, so its holder's clock "
+            f"runs ahead: it counts as live for at most its stated duration "
+            f"({_span(max(0.0, expires - start))}) plus the {self.margin:g}s margin after this "
+            "process first saw it unchanged"
+        )
 
     def check_ttl(self, ttl: object, what: str) -> float:
         """``ttl`` as float seconds, long enough to be useful to its holder."""

@@ -203,7 +203,7 @@ def cold_head_reads(faulty: FaultyStore, versions: int, hint_every: int) -> int:
     return reads(faulty) - before
 
 
-@pytest.mark.parametrize(("hint_every", "most"), [(1, 3), (4, 5)])
+@pytest.mark.parametrize(("hint_every", "most"), [(1, 4), (4, 6)])
 def test_finding_the_head_costs_the_same_at_any_length(hint_every: int, most: int) -> None:
     costs = []
     for versions in (12, 1_004, 10_000):  # the head 3 past a multiple of 4 each time
@@ -211,7 +211,8 @@ def test_finding_the_head_costs_the_same_at_any_length(hint_every: int, most: in
             costs.append(cold_head_reads(FaultyStore(inner), versions, hint_every))
     assert costs == [costs[0]] * 3
     # HEAD, then probes past it; when it is current the slot it names is read too
-    # (the hint's copy of an entry is never trusted): 3 reads, and 5 when 3 behind.
+    # (the hint's copy of an entry is never trusted), and the slot past the empty
+    # one (a gap check): 4 reads, and 6 when 3 behind.
     assert costs[0] <= most
 
 
@@ -224,7 +225,7 @@ def test_a_stale_hint_costs_logarithmic_probes(faulty: FaultyStore, stale_by: in
     faulty.inner.put(head_key("shop"), faulty.inner.get(entry_key("shop", 999 - stale_by)))
     before = reads(faulty)
     assert RefManager(faulty).head("shop") == entry
-    assert reads(faulty) - before <= 2 * math.log2(stale_by) + 3
+    assert reads(faulty) - before <= 2 * math.log2(stale_by) + 4  # + the gap check
 
 
 @pytest.mark.parametrize("versions", [300, 10_000])
@@ -238,7 +239,7 @@ def test_a_missing_hint_costs_logarithmic_probes_from_slot_zero(versions: int) -
         inner.delete(head_key("shop"))
         assert RefManager(faulty).head("shop") == entry
         assert "list" not in faulty.calls, "no listing of the journal"
-        assert faulty.calls["get"] <= 2 * math.log2(versions) + 5  # HEAD, floor, probes
+        assert faulty.calls["get"] <= 2 * math.log2(versions) + 6  # HEAD, floor, probes, gap
 
 
 def test_without_slot_zero_one_listing_decides(faulty: FaultyStore) -> None:
@@ -262,12 +263,14 @@ def test_a_warm_manager_far_behind_jumps_to_the_hint(faulty: FaultyStore) -> Non
         entry = writer.commit("shop", entry.version, root(i))
     before = reads(faulty)
     assert warm.head("shop") == entry
-    # The slot past its cache, HEAD, one probe past HEAD, and the slot HEAD names.
-    assert reads(faulty) - before == 4
+    # The slot past its cache, HEAD, one probe past HEAD, the slot after that (the
+    # gap check), and the slot HEAD names.
+    assert reads(faulty) - before == 5
     before = reads(faulty)
     assert warm.head("shop") == entry
-    # Now current: the slot past it, then the floor (proving it was not trimmed since).
-    assert reads(faulty) - before == 2
+    # Now current: the slot past it, the one after (the gap check), then the floor
+    # (proving it was not trimmed since).
+    assert reads(faulty) - before == 3
 
 
 class AlwaysBeaten(FaultyStore):
