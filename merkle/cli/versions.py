@@ -146,7 +146,8 @@ def tag(args: tuple[str, ...], version: int | None, message: str | None, fmt: st
         emit_rows(rows, fmt, columns=["name", "version", "time", "message", "root"])
     elif args[0] == "delete" and len(args) == 3:
         gone = conn.delete_tag(args[1], args[2])
-        say(f"deleted tag {args[2]!r} (version {gone.version}) of {args[1]!r}")
+        what = "its object was damaged" if gone is None else f"version {gone.version}"
+        say(f"deleted tag {args[2]!r} ({what}) of {args[1]!r}")
     elif len(args) == 2:
         made = conn.tag(args[0], args[1], version, message=message)
         say(f"tagged version {made.version} of {args[0]!r} as {made.name!r}")

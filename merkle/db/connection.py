@@ -522,9 +522,10 @@ class Connection:
         """The tags of ``db``, sorted by name (``.name .version .root .time``)."""
         return self.tag_refs.list(db)
 
-    def delete_tag(self, db: str, name: str) -> Tag:
-        """Remove a tag; the tag removed. A version retention no longer keeps and only
-        the tag kept cannot be opened any more, and the next collection frees it."""
+    def delete_tag(self, db: str, name: str) -> Tag | None:
+        """Remove a tag; the tag removed (None when its object was damaged: it is removed
+        all the same). A version retention no longer keeps and only the tag kept cannot
+        be opened any more, and the next collection frees it."""
         return self.tag_refs.delete(db, name)
 
     def merge(

@@ -56,7 +56,9 @@ def verify(
                     seen.add(cid.bytes)
                     frontier.append((cid, f"database {name!r} version {entry.version}"))
     # Tagged versions are kept whatever the retention (merkle.gc.tags): check them too.
-    for tag in conn.tag_refs.list(db) if db is not None else conn.tag_refs.all():
+    tags, damaged = conn.tag_refs.audit(db)
+    report.journals_damaged.extend(damaged)  # a tag is a ref, as journal entries are
+    for tag in tags:
         cid = CID.parse(tag.root)
         if cid.bytes not in seen:
             seen.add(cid.bytes)

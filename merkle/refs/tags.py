@@ -168,16 +168,52 @@ class TagManager:
         return _decode(data, key, db, name)
 
     def list(self, db: str) -> list[Tag]:
-        """The tags of ``db``, sorted by name."""
+        """The tags of ``db``, sorted by name (IntegrityError for a damaged one)."""
+        read = self._read(db)
+        for found in read:
+            if isinstance(found, IntegrityError):
+                raise found
+        return [found for found in read if isinstance(found, Tag)]
+
+    def audit(
+        self, db: str | None = None
+    ) -> tuple[builtins.list[Tag], builtins.list[tuple[str, str]]]:
+        """The readable tags of ``db`` (None: of every database), and ``(db, problem)`` for
+        each damaged one: for ``merkle verify``, which reports damage instead of stopping."""
+        tags: builtins.list[Tag] = []
+        damaged: builtins.list[tuple[str, str]] = []
+        for name in [db] if db is not None else self._databases():
+            for found in self._read(name):
+                if isinstance(found, Tag):
+                    tags.append(found)
+                else:
+                    damaged.append((name, str(found)))
+        return tags, damaged
+
+    def _read(self, db: str) -> builtins.list[Tag | IntegrityError]:
+        """Each tag of ``db`` in name order, decoded, or the IntegrityError saying why not."""
         prefix = f"{TAGS_PREFIX}{check_db_name(db)}/"
         keys = [info.key for info in self.store.list(prefix)]
         names = [key[len(prefix) :] for key in keys if "/" not in key[len(prefix) :]]
         blobs = self.store.map_bulk(self._fetch, [tag_key(db, n) for n in names])
-        return [
-            _decode(data, tag_key(db, n), db, n)
-            for n, data in zip(names, blobs, strict=True)
-            if data is not None
-        ]
+        out: builtins.list[Tag | IntegrityError] = []
+        for n, data in zip(names, blobs, strict=True):
+            if data is None:
+                continue
+            try:
+                out.append(_decode(data, tag_key(db, n), db, n))
+            except IntegrityError as exc:
+                out.append(exc)
+        return out
+
+    def _databases(self) -> builtins.list[str]:
+        names = []
+        for db in self.store.list_prefixes(TAGS_PREFIX):
+            try:
+                names.append(check_db_name(db))
+            except UsageError:
+                continue
+        return names
 
     def _fetch(self, key: str) -> bytes | None:
         try:
@@ -188,11 +224,7 @@ class TagManager:
     def all(self) -> builtins.list[Tag]:
         """Every tag of every database in the lake (garbage-collection roots)."""
         out: builtins.list[Tag] = []
-        for db in self.store.list_prefixes(TAGS_PREFIX):
-            try:
-                check_db_name(db)
-            except UsageError:
-                continue
+        for db in self._databases():
             out += self.list(db)
         return out
 
@@ -200,8 +232,13 @@ class TagManager:
         """A tag of ``db`` that names ``version`` (None if no tag does)."""
         return next((t for t in self.list(db) if t.version == version), None)
 
-    def delete(self, db: str, name: str) -> Tag:
-        """Remove tag ``name`` of ``db`` (the version may then be trimmed); the tag removed."""
-        tag = self.get(db, name)
+    def delete(self, db: str, name: str) -> Tag | None:
+        """Remove tag ``name`` of ``db`` (the version may then be trimmed); the tag removed,
+        or None when its object was damaged (removed all the same: that is the way out the
+        damage error names)."""
+        try:
+            tag: Tag | None = self.get(db, name)
+        except IntegrityError:
+            tag = None
         self.store.delete(tag_key(db, name))
         return tag

@@ -65,3 +65,12 @@ def test_a_damaged_tag_is_an_integrity_error(conn: merkle.Connection) -> None:
     conn.store.put(tag_key("shop", "t1"), b"\xa1\x61x\x01")
     with pytest.raises(IntegrityError, match="tag object"):
         conn.open_db("shop", tag="t1")
+    # verify reports it (it raised); the way out the error names works (it raised too).
+    report = merkle.verify(conn)
+    assert not report.ok
+    assert [(db, "tag object" in problem) for db, problem in report.journals_damaged] == [
+        ("shop", True)
+    ]
+    assert conn.delete_tag("shop", "t1") is None
+    assert conn.tags("shop") == []
+    assert merkle.verify(conn).ok
