@@ -342,7 +342,13 @@ def gc(
             run.phase("lock")
             _collect(run, listed, lock, writer_wait, tell)
     report.finished_at = datetime.now(UTC)
-    report.save(conn.store)
+    try:
+        report.save(conn.store)
+    except StorageError as exc:
+        if not dry_run:
+            raise
+        # A dry run changes nothing else, so it runs on a lake it may not write to.
+        report.notes.append(f"this dry run's report was not saved in the lake: {exc}")
     return report
 
 

@@ -159,3 +159,23 @@ def test_a_dry_run_on_the_connection_that_just_committed_agrees_with_the_real_ru
         real = merkle.gc(conn, keep_versions=1, grace="0s")
         assert real.blocks_freed > 0
         assert set(dry.freed) == set(real.freed)
+
+
+def test_a_dry_run_on_a_lake_it_cannot_write_still_reports(
+    lake: Lake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dry run failed on a read-only lake only because it could not save its report."""
+    from merkle.errors import StorageError
+    from merkle.gc.report import GCReport
+
+    def refuse(self: GCReport, store: Any) -> str:
+        raise StorageError("cannot write 'gc/reports/x': Read-only file system")
+
+    with connect(lake) as conn:
+        build_history(conn)
+        monkeypatch.setattr(GCReport, "save", refuse)
+        report = merkle.gc(conn, dry_run=True, keep_versions=1, grace="0s")
+        assert report.blocks_freed > 0
+        assert any("report was not saved" in note for note in report.notes), report.notes
+        with pytest.raises(StorageError, match="Read-only"):
+            merkle.gc(conn, keep_versions=1, grace="0s")
