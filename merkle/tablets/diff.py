@@ -365,8 +365,8 @@ def _values_equal(
     try:
         if pa.types.is_floating(field.type):
             # As bits, so that -0.0 differs from 0.0 (a change a merge must carry).
-            width = _FLOAT_BITS[field.type.bit_width]
-            out = _flags(pc.equal(x.view(width), y.view(width)))
+            bits = _bits_type(field.type)
+            out = _flags(pc.equal(x.view(bits), y.view(bits)))
             out |= _flags(pc.is_nan(x)) & _flags(pc.is_nan(y))
         else:
             out = _flags(pc.equal(x, y))
