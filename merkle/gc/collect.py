@@ -23,7 +23,8 @@
    its lease and then checks that its version is still in the journal, so
    it is either seen, or finds its version trimmed and backs off.
 6. Candidates: listed, unmarked, and older than the cutoff (``now - grace``,
-   and never newer than the start of a writer lease still live).
+   now by the storage's clock, which set the blocks' timestamps; and never
+   newer than the start of a writer lease still live).
 7. Delete the candidates in batches; before each batch check that the lock
    is still ours and re-read each candidate's timestamp (one that is gone,
    or was refreshed by a writer reusing it, is spared).
@@ -61,6 +62,7 @@ from merkle.refs import (
     WritersBusyError,
     audit_journal,
 )
+from merkle.refs.timing import Timing
 from merkle.storage.base import ObjectInfo, ObjectStore
 
 if TYPE_CHECKING:
@@ -139,7 +141,7 @@ def _nth_committed(entries: Sequence[JournalEntry], count: int) -> int:
 
 
 @contextlib.contextmanager
-def _held(lock: GCLock, ttl: float) -> Iterator[GCLock]:
+def _held(lock: GCLock, ttl: float, timing: Timing) -> Iterator[GCLock]:
     """Keep renewing ``lock`` in the background; release it at the end."""
     stop = threading.Event()
 
@@ -152,10 +154,36 @@ def _held(lock: GCLock, ttl: float) -> Iterator[GCLock]:
     thread.start()
     try:
         yield lock
-    finally:
+    except BaseException as exc:
         stop.set()
         thread.join()
+        _release(lock, timing, exc)
+        raise
+    stop.set()
+    thread.join()
+    _release(lock, timing, None)
+
+
+def _release(lock: GCLock, timing: Timing, failure: BaseException | None) -> None:
+    """Release ``lock``; if that fails, say what it holds up, without hiding why GC stopped.
+
+    A lock that cannot be written (a full disk, a lost connection) stays
+    until it expires, as a killed collector's does: writers wait for it.
+    When the collection itself failed (``failure``), its error is the one
+    raised, with this as a note; otherwise the release error is.
+    """
+    try:
         lock.release()
+    except StorageError as exc:
+        problem = (
+            f"the GC lock (generation {lock.generation}) could not be released ({exc}): "
+            f"writers wait for it until it expires, "
+            f"{timing.describe(lock.expires + timing.margin)}, or until "
+            "`merkle gc --break-lock` ends it"
+        )
+        if failure is None:
+            raise StorageError(problem) from exc
+        failure.add_note(problem)
 
 
 class _Run:
@@ -181,6 +209,8 @@ class _Run:
         self.damaged: dict[str, JournalAudit] = {}
         self.readers: set[str] = set()
         self.tags = TagRoots(conn)
+        #: Now by the storage's clock, read before the lock (see :func:`_storage_clock`).
+        self.storage_clock = 0.0
         self._clock = time.perf_counter()
 
     def phase(self, name: str) -> None:
@@ -323,6 +353,9 @@ def gc(
     report.bytes_listed = sum(info.size for _, info in listed)
     run.phase("list")
 
+    # Read before the lock is taken: a storage that cannot take this write (a full
+    # disk) stops the collection before it holds writers up.
+    run.storage_clock = _storage_clock(run)
     if dry_run:
         _collect(run, listed, None, writer_wait, tell)
     else:
@@ -338,7 +371,7 @@ def gc(
                     or "it stayed unchanged for longer than its stated duration"
                 )
             )
-        with _held(lock, lock_ttl):
+        with _held(lock, lock_ttl, conn.leases.timing):
             run.phase("lock")
             _collect(run, listed, lock, writer_wait, tell)
     report.finished_at = datetime.now(UTC)
@@ -362,7 +395,7 @@ def _collect(
     """Steps 4-8 of the module doc (without ``lock``: the dry run's count)."""
     conn, report = run.conn, run.report
     leases, timing = conn.leases, conn.leases.timing
-    cutoff = timing.now() - run.policy.grace.total_seconds()
+    cutoff = run.storage_clock - run.policy.grace.total_seconds()
     if lock is not None:
         _pass_writers(run, lock, writer_wait, tell)
     live = leases.live("writer")
@@ -415,6 +448,21 @@ def _collect(
     lock.ensure_held()
     _remove_temporaries(run)
     run.phase("cleanup")
+
+
+def _storage_clock(run: _Run) -> float:
+    """Now by the storage's clock, against which the blocks' timestamps count their age.
+
+    A collector whose own clock runs ahead would otherwise take a block a
+    writer put minutes ago for one older than the grace period. Reading the
+    storage's clock means writing :data:`CLOCK_KEY`, which a dry run does
+    not do (it writes nothing but its report): its count uses this
+    machine's clock.
+    """
+    collector_now = run.conn.leases.timing.now()
+    if not run.dry_run:
+        return storage_now(run.conn.store, collector_now)
+    return collector_now
 
 
 def _remove_temporaries(run: _Run) -> None:

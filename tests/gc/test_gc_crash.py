@@ -125,8 +125,9 @@ def test_leftovers_older_than_grace_stay_while_their_writer_lease_lives(
     """Old-looking blocks written under a live lease: the lease, not the grace, protects them.
 
     A writer refreshes (touches) blocks it reuses, so its blocks are never
-    older than its lease; here the leftovers are fresh and the collector's
-    clock is two hours ahead while the lease is still live (a 1-day TTL).
+    older than its lease; here the leftovers are two hours old by the
+    storage's clock (which GC counts block ages on), the collector's clock is
+    two hours ahead, and the lease is still live (a 1-day TTL).
     """
     lake = shared_lake
     with connect(lake) as conn:
@@ -138,6 +139,8 @@ def test_leftovers_older_than_grace_stay_while_their_writer_lease_lives(
         )
     leftovers = {str(cid) for cid in cids}
     assert leftovers == block_keys_after(lake) - before
+    with connect(lake) as conn:
+        backdate(conn.store, [conn.blocks.key(cid) for cid in cids], time.time() - 2 * 3600)
     with connect(lake) as collector:
         clock = FakeClock.real(offset=2 * 3600)
         collector.leases = LeaseManager(collector.store, clock=clock, sleep=clock.sleep)

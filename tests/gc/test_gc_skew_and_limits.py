@@ -1,7 +1,8 @@
 """GC against clocks that disagree, durations out of range, and its own fence entries.
 
 * A collector whose clock runs ahead of the storage's removed temporaries of
-  writes in flight: their ages are now measured on the storage's clock.
+  writes in flight, and unreachable blocks younger than the grace period:
+  their ages are now measured on the storage's clock.
 * A writer lease or GC lock left by a process whose clock was a day ahead
   stopped sweeps (or commits) for a day: it is now ignored, with a note.
 * ``keep_within="1000000d"`` was stored and then every collection raised
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from conftest import Lake
-from gc_helpers import connect
+from gc_helpers import backdate, connect
 
 import merkle
 from merkle.blocks.codec import encode_node
@@ -64,6 +65,21 @@ def test_a_collector_clock_ahead_does_not_remove_fresh_temporaries(tmp_path: Pat
         assert recent.exists(), "younger than the grace period by the storage's clock"
         assert not old.exists()
         assert report.temporaries_removed == 1
+
+
+def test_a_collector_clock_ahead_spares_blocks_younger_than_the_grace(lake: Lake) -> None:
+    """Block ages count on the storage's clock too: a collector 2 h ahead freed fresh blocks."""
+    with connect(lake) as conn:
+        history(conn, 1)
+        recent, old = conn.blocks.put(b"written 30 min ago"), conn.blocks.put(b"2 h ago")
+        now = time.time()
+        backdate(conn.store, [conn.blocks.key(recent)], now - 1800)
+        backdate(conn.store, [conn.blocks.key(old)], now - 7200)
+        conn.leases = ahead(conn, 7200)  # the collector's clock: 2 h ahead
+        report = merkle.gc(conn, grace=timedelta(hours=1), writer_wait=3.0)
+        assert conn.blocks.has(recent), "younger than the grace period by the storage's clock"
+        assert not conn.blocks.has(old)
+        assert report.blocks_freed == 1, report.freed
 
 
 @pytest.mark.s3

@@ -55,6 +55,8 @@ KILL_GAP = (0.05, 0.8)
 #: The checker's clock is this far ahead: every lease and lock of the dead has expired.
 CHECKER_AHEAD = 3600.0
 JOIN = 30.0
+#: A trial without an acknowledged commit goes on for up to this many times its length.
+ACK_PATIENCE = 12
 
 
 @dataclass
@@ -185,6 +187,13 @@ def _forkserver() -> Iterator[Any]:
         multiprocessing.forkserver._forkserver._stop()  # type: ignore[attr-defined]
 
 
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 def _kill(process: Any) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(process.pid, signal.SIGKILL)
@@ -223,9 +232,16 @@ def run_crash_trials(
                 lake = _Lake(base / f"lake-{trial // per_lake}")
             assert lake is not None
             running = [start(role) for role in roles]
+            acked_before = _size(lake.acks)
             try:
-                deadline = time.monotonic() + seconds
-                while time.monotonic() < deadline:
+                # A trial lasts ``seconds``, and longer (up to ACK_PATIENCE times) until a
+                # writer has acknowledged a commit in it: on a loaded machine a writer
+                # killed soon after it starts may not get one through in ``seconds``.
+                started = time.monotonic()
+                while time.monotonic() < started + seconds or (
+                    _size(lake.acks) == acked_before
+                    and time.monotonic() < started + seconds * ACK_PATIENCE
+                ):
                     time.sleep(rng.uniform(*KILL_GAP))  # a random crash point, not a wait
                     slot = rng.randrange(len(running))
                     _kill(running[slot])
