@@ -60,6 +60,8 @@ class _Resolved:
     key_codec: str
     arrow: pa.Schema
     schema_json: str
+    #: Fields Spark cannot represent, left out of ``schema_json``: name -> why.
+    unreadable: tuple[tuple[str, str], ...] = ()
 
 
 #: Whether pyspark keeps what ``pushFilters`` did to a reader within one scan. Through
@@ -93,10 +95,13 @@ def _resolve(read: ReadOptions) -> _Resolved:
         )
     arrow = arrow_schema(table)
     keys = table.key.fields
-    schema = spark_schema(arrow, key_fields=keys, mixed=read.mixed, table=read.table)
+    schema, unreadable = spark_schema(arrow, key_fields=keys, mixed=read.mixed, table=read.table)
     if read.fields is not None:
-        wanted = [_field(schema, name, read.table) for name in read.fields if name not in keys]
+        wanted = [
+            _field(schema, name, read.table, unreadable) for name in read.fields if name not in keys
+        ]
         schema = StructType([*(schema[key] for key in keys), *wanted])
+        unreadable = {}
     return _Resolved(
         db.version,
         db.root,
@@ -105,10 +110,13 @@ def _resolve(read: ReadOptions) -> _Resolved:
         table.codec.spec,
         arrow,
         schema.json(),
+        tuple(unreadable.items()),
     )
 
 
-def _field(schema: StructType, name: str, table: str) -> Any:
+def _field(schema: StructType, name: str, table: str, unreadable: dict[str, str]) -> Any:
+    if name in unreadable:
+        raise UsageError(unreadable[name] + ": leave it out of option 'fields'")
     if name not in schema.fieldNames():
         raise UsageError(
             f"option 'fields' names {name!r}, which table {table!r} does not hold "
@@ -128,6 +136,11 @@ class MerkleDataSource(DataSource):
 
     def schema(self) -> StructType:
         resolved = _resolve(read_options(self.options))
+        if resolved.unreadable:  # the whole table is asked for
+            raise UsageError(
+                resolved.unreadable[0][1] + ": read the other fields with option 'fields' "
+                "or a schema of your own that leaves it out"
+            )
         self._resolved = resolved
         return StructType.fromJson(_loads(resolved.schema_json))
 
@@ -136,7 +149,7 @@ class MerkleDataSource(DataSource):
         resolved = self._resolved or _resolve(read)
         stored = StructType.fromJson(_loads(resolved.schema_json))
         if schema.json() != stored.json():
-            check_schema(schema, stored, table=read.table)
+            check_schema(schema, stored, table=read.table, unreadable=dict(resolved.unreadable))
         return MerkleReader(read, resolved, schema)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

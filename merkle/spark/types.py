@@ -13,7 +13,7 @@ The key field is never null.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,9 @@ from pyspark.sql.types import (
     BinaryType,
     DataType,
     DecimalType,
+    IntegerType,
+    LongType,
+    ShortType,
     StringType,
     StructField,
     StructType,
@@ -58,6 +61,13 @@ _VARIANT_FIELDS = [
     pa.field("metadata", pa.binary(), nullable=False, metadata={b"variant": b"true"}),
 ]
 _NUMERIC = ("byte", "short", "integer", "long", "float", "double", "decimal")
+#: Spark's type for an unsigned integer of each width: the narrowest that holds every value.
+_UNSIGNED: dict[int, DataType] = {
+    8: ShortType(),
+    16: IntegerType(),
+    32: LongType(),
+    64: DecimalType(20, 0),
+}
 
 
 def _spark_type(field: pa.Field, mixed: str, table: str) -> tuple[DataType, dict[str, str]]:
@@ -68,6 +78,8 @@ def _spark_type(field: pa.Field, mixed: str, table: str) -> tuple[DataType, dict
     kind = field.type
     if pa.types.is_dictionary(kind):
         kind = kind.value_type  # Spark has no dictionary type: the values (cast when read)
+    if pa.types.is_unsigned_integer(kind):
+        return _UNSIGNED[kind.bit_width], {}  # Spark has none: the next signed type holds all
     try:
         return from_arrow_type(kind), {}
     except Exception as exc:  # pyspark raises its own error types
@@ -79,13 +91,19 @@ def _spark_type(field: pa.Field, mixed: str, table: str) -> tuple[DataType, dict
 
 def spark_schema(
     arrow: pa.Schema, *, key_fields: Sequence[str], mixed: str, table: str
-) -> StructType:
-    """The Spark schema of a table's Arrow schema (see the module doc)."""
-    fields = []
+) -> tuple[StructType, dict[str, str]]:
+    """The Spark schema of a table's Arrow schema (see the module doc), and the fields left
+    out of it because Spark cannot represent them: name -> why. A read that leaves such a
+    field out (a projection, a schema of the user's) can still read the table."""
+    fields, unreadable = [], {}
     for field in arrow:
-        kind, metadata = _spark_type(field, mixed, table)
+        try:
+            kind, metadata = _spark_type(field, mixed, table)
+        except UsageError as exc:
+            unreadable[field.name] = str(exc)
+            continue
         fields.append(StructField(field.name, kind, field.name not in key_fields, metadata))
-    return StructType(fields)
+    return StructType(fields), unreadable
 
 
 def _compatible(stored: StructField, asked: StructField) -> bool:
@@ -110,7 +128,13 @@ def _compatible(stored: StructField, asked: StructField) -> bool:
     return False
 
 
-def check_schema(asked: StructType, stored: StructType, *, table: str) -> StructType:
+def check_schema(
+    asked: StructType,
+    stored: StructType,
+    *,
+    table: str,
+    unreadable: Mapping[str, str] | None = None,
+) -> StructType:
     """A user's schema checked against the table's: each field must exist with a usable type.
 
     Fields may be left out (a projection) and put in any order; a numeric
@@ -121,6 +145,8 @@ def check_schema(asked: StructType, stored: StructType, *, table: str) -> Struct
     by_name = {field.name: field for field in stored}
     for field in asked:
         found = by_name.get(field.name)
+        if found is None and unreadable and field.name in unreadable:
+            raise UsageError(unreadable[field.name] + ": leave it out of the schema")
         if found is None:
             raise UsageError(
                 f"the schema names field {field.name!r}, which table {table!r} does not hold "
