@@ -20,7 +20,7 @@ from merkle.errors import NotFoundError, UsageError
 from merkle.lazy import compute as pc
 from merkle.tablets.diff import ChangeCounts, ChangeSet, count_changes, diff_tables
 from merkle.tablets.rows import SortedRows
-from merkle.tablets.segment import arrow_to_records, concat_segments
+from merkle.tablets.segment import concat_segments
 from merkle.tablets.table import Table
 
 if TYPE_CHECKING:
@@ -45,7 +45,12 @@ CHANGE_DELETE = "delete"
 
 
 def settings_changed(old: Table, new: Table) -> list[str]:
-    """Which settings of a table differ between two versions (rows aside)."""
+    """Which settings of a table differ between two versions (rows aside).
+
+    ``"schema"`` is among them when its fields changed (added, widened, made
+    nullable or schema-free, dropped, renamed), by ``alter_schema`` or by a
+    write that brought a new field.
+    """
     a, b = old.root, new.root
     changed = []
     if a.uid != b.uid:
@@ -58,7 +63,23 @@ def settings_changed(old: Table, new: Table) -> list[str]:
         changed.append("limits")
     if a.meta != b.meta:
         changed.append("metadata")
+    if schema_changed(old, new):
+        changed.append("schema")
     return changed
+
+
+def schema_changed(old: Table, new: Table) -> bool:
+    """Whether the declared schema differs (fields, types, nullability, schema-free).
+
+    A schema change is a change of the table even with no record changed: a
+    record is what the schema shows of it, and a merge must not drop it.
+    """
+    a, b = old.root, new.root
+    if a.typed != b.typed or a.free_default != b.free_default:
+        return True
+    if a.schema is None or b.schema is None:
+        return a.schema is not b.schema
+    return not a.schema.equals(b.schema, check_metadata=True)
 
 
 def rekeyed(old: Table, new: Table) -> bool:
@@ -138,18 +159,16 @@ class TableDiff:
             ) from None
 
     def records(self) -> list[dict[str, Any]]:
-        """The changes as dicts ``{key, change, old, new}`` (old/new: records or None)."""
+        """The changes as dicts ``{key, change, old, new}`` (old/new: records or None).
+
+        Records are what ``scan`` shows: the key fields (each field of a
+        composite key) and every non-null field; ``key`` is the key value
+        (a tuple for a composite key).
+        """
         out: list[dict[str, Any]] = []
         for change in self.change_sets():
-            out += change_records(change, self._table_for_codec())
+            out += change_records(change, self.old, self.new)
         return out
-
-    def _table_for_codec(self) -> Table:
-        for table in (self.new, self.old):
-            if table is not None and table.root.key_codec:
-                return table
-        assert self.old is not None or self.new is not None
-        return self.new if self.new is not None else self.old  # type: ignore[return-value]
 
     def counts(self) -> ChangeCounts:
         """Records inserted, updated and deleted (computed once)."""
@@ -228,27 +247,36 @@ def change_batch(change: ChangeSet, key_field: str) -> pa.RecordBatch:
     )
 
 
-def change_records(change: ChangeSet, table: Table) -> list[dict[str, Any]]:
-    """One change set as dicts ``{key, change, old, new}`` in key order."""
-    codec = table.codec
-    if codec is None:
+def change_records(change: ChangeSet, old: Table | None, new: Table | None) -> list[dict[str, Any]]:
+    """One change set as dicts ``{key, change, old, new}`` in key order.
+
+    Records read as ``scan`` shows them: old ones through ``old``'s schema, new
+    ones through ``new``'s, so a composite key shows as its fields (``g``, ``n``),
+    not as the struct column that stores it, and ``key`` is its tuple.
+    """
+    old = old if old is not None and old.codec is not None else new
+    new = new if new is not None and new.codec is not None else old
+    if old is None or new is None:
         return []
 
-    def records(rows: SortedRows) -> list[dict[str, Any]]:
+    def records(rows: SortedRows, table: Table) -> list[dict[str, Any]]:
         if not len(rows):
             return []
-        key_field = rows.table.column_names[0]
-        return arrow_to_records(rows.table, key_field=key_field, codec=codec)
+        return table.records(rows.table)  # the rows hold only the fields asked for
 
     out: list[tuple[bytes, dict[str, Any]]] = []
-    key_field = table.root.key_field
-    for key, rec in zip(change.deleted.keys.to_pylist(), records(change.deleted), strict=True):
-        out.append((key, {"key": rec[key_field], "change": CHANGE_DELETE, "old": rec, "new": None}))
-    olds, news = records(change.updated_old), records(change.updated_new)
-    for key, old, new in zip(change.updated_new.keys.to_pylist(), olds, news, strict=True):
-        out.append((key, {"key": new[key_field], "change": CHANGE_UPDATE, "old": old, "new": new}))
-    for key, rec in zip(change.inserted.keys.to_pylist(), records(change.inserted), strict=True):
-        out.append((key, {"key": rec[key_field], "change": CHANGE_INSERT, "old": None, "new": rec}))
+    old_key, new_key = old.key.key_of, new.key.key_of
+    deleted = records(change.deleted, old)
+    for key, rec in zip(change.deleted.keys.to_pylist(), deleted, strict=True):
+        out.append((key, {"key": old_key(rec), "change": CHANGE_DELETE, "old": rec, "new": None}))
+    olds, news = records(change.updated_old, old), records(change.updated_new, new)
+    for key, before, after in zip(change.updated_new.keys.to_pylist(), olds, news, strict=True):
+        out.append(
+            (key, {"key": new_key(after), "change": CHANGE_UPDATE, "old": before, "new": after})
+        )
+    inserted = records(change.inserted, new)
+    for key, rec in zip(change.inserted.keys.to_pylist(), inserted, strict=True):
+        out.append((key, {"key": new_key(rec), "change": CHANGE_INSERT, "old": None, "new": rec}))
     out.sort(key=lambda item: item[0])
     return [rec for _, rec in out]
 

@@ -12,8 +12,8 @@ second parent (``merged_from``). The rules (also in ``doc/versions.md``):
   a callable gets ``{table, key, base, ours, theirs}`` (records or None)
   and returns the record to keep (or None to delete), and ``"fail"`` raises
   :class:`~merkle.errors.MergeConflictError` listing every conflict.
-* Tables: a side that did not change a table (same identity, settings and
-  records as the base) takes the other side's version of it, whatever that
+* Tables: a side that did not change a table (same identity, settings,
+  schema and records as the base) takes the other side's version of it, whatever that
   is (changed, created, dropped, re-created, re-keyed). A table created on
   both sides with the same key merges key by key from an empty base. A
   table changed on both sides merges key by key if both kept its identity
@@ -232,6 +232,9 @@ class _Merge:
         return db._table(name) if name in db.list_tables() else None
 
     def _changed(self, base: Table | None, side: Table | None) -> bool:
+        """Whether ``side`` changed the table since ``base``: identity, settings, schema
+        (``settings_changed`` includes it: a schema-only change is a change to keep)
+        or records."""
         if base is None or side is None:
             return (base is None) != (side is None)
         if base.root == side.root:

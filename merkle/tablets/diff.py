@@ -17,6 +17,7 @@ form, so a merge can write them back as they are.
 from __future__ import annotations
 
 import math
+import struct
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -362,20 +363,23 @@ def _values_equal(
 ) -> np.ndarray:
     """Where both cells are non-null: whether they are equal."""
     out = np.zeros(len(x), dtype=bool)
+    bits = _bits_type(field.type)
     try:
         if pa.types.is_floating(field.type):
             # As bits, so that -0.0 differs from 0.0 (a change a merge must carry).
-            bits = _bits_type(field.type)
             out = _flags(pc.equal(x.view(bits), y.view(bits)))
             out |= _flags(pc.is_nan(x)) & _flags(pc.is_nan(y))
         else:
-            out = _flags(pc.equal(x, y))
+            # Nested floats as bits too: equal bits are equal values; cells whose bits
+            # differ may still hold NaN on both sides, which the decoded pass decides.
+            out = _flags(pc.equal(x.view(bits), y.view(bits)) if bits != x.type else pc.equal(x, y))
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, TypeError):
         pass
     else:
-        if not is_cbor_field(field):
+        if not is_cbor_field(field) and (bits == field.type or out[check].all()):
             return out
-    # Decoded comparison where the fast path could not decide (lists, CBOR bytes that differ).
+    # Decoded comparison where the fast path could not decide (lists, structs, nested
+    # floats whose bits differ, CBOR bytes that differ).
     todo = np.flatnonzero(check & ~out)
     if len(todo):
         take = pa.array(todo, type=pa.int64())
@@ -422,9 +426,26 @@ def _flags(array: pa.Array) -> np.ndarray:
 
 
 def _same(p: object, q: object) -> bool:
-    if isinstance(p, float) and isinstance(q, float) and math.isnan(p) and math.isnan(q):
-        return True
-    return type(p) is type(q) and p == q
+    """Whether two decoded values are equal, with the rule for floats at any depth.
+
+    Floats compare as bits (-0.0 differs from 0.0), and NaN equals NaN: Python's
+    ``==`` says the opposite of both, which inside a list or struct made a change
+    of sign invisible and an unchanged NaN a change.
+    """
+    if type(p) is not type(q):
+        return False
+    if isinstance(p, float):
+        assert isinstance(q, float)
+        if math.isnan(p) or math.isnan(q):
+            return math.isnan(p) and math.isnan(q)
+        return struct.pack("<d", p) == struct.pack("<d", q)
+    if isinstance(p, (list, tuple)):
+        assert isinstance(q, (list, tuple))
+        return len(p) == len(q) and all(_same(a, b) for a, b in zip(p, q, strict=True))
+    if isinstance(p, dict):
+        assert isinstance(q, dict)
+        return p.keys() == q.keys() and all(_same(v, q[k]) for k, v in p.items())
+    return p == q
 
 
 # -- the diff --------------------------------------------------------------------------
