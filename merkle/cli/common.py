@@ -77,7 +77,8 @@ class MerkleGroup(click.Group):
         try:
             return super().invoke(ctx)
         except MerkleError as exc:
-            raise CliError(str(exc)) from None
+            # Notes say what else happened on the way out (a lock left held, say).
+            raise CliError(" ".join([str(exc), *getattr(exc, "__notes__", ())])) from None
 
 
 class CliState:

@@ -61,8 +61,10 @@ def _key_types(spec: str | None, key_fields: list[str]) -> dict[str, pa.DataType
     }
 
 
-def _schema_types(schema: pa.Schema | None) -> dict[str, pa.DataType]:
-    """The table's field types that the readers parse directly (numbers, strings, dates)."""
+def _schema_types(schema: pa.Schema | None, csv: bool) -> dict[str, pa.DataType]:
+    """The table's field types that the readers parse directly (numbers, strings, dates;
+    for CSV also binary, whose cells are stored as the bytes they are, as with
+    ``--column-types name:binary``: read as text, a binary field refused them all)."""
     if schema is None:
         return {}
     plain = (
@@ -70,8 +72,10 @@ def _schema_types(schema: pa.Schema | None) -> dict[str, pa.DataType]:
         pa.types.is_floating,
         pa.types.is_decimal,
         pa.types.is_string,
+        pa.types.is_large_string,
         pa.types.is_boolean,
         pa.types.is_date,
+        *((pa.types.is_binary, pa.types.is_large_binary) if csv else ()),
     )
     return {
         f.name: f.type for f in schema if any(check(f.type) for check in plain) and not is_free(f)
@@ -341,7 +345,7 @@ def _read_options(
     may be binary (the table's binary fields, and those declared binary)."""
     key_fields, spec = table_key(database, table)
     table_schema = database.describe_table(table)["schema"]
-    types = {**_schema_types(table_schema), **declared}
+    types = {**_schema_types(table_schema, source.fmt == "csv"), **declared}
     options = ReadOptions(tuple(key_fields), _key_types(spec, key_fields), types, delimiter, nulls)
     unknown = [name for name in key_fields if name not in options.key_types]
     if unknown and nulls != ("",):

@@ -21,8 +21,10 @@ Values JSON cannot hold are rendered by :func:`jsonable`, the same way in
 every format: ``bytes`` as lowercase hex, ``datetime``/``date``/``time`` as
 ISO-8601, tuples (and sets) as arrays, NaN and infinities as the strings
 ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, decimals and anything else as
-their ``str``. In ``table`` and ``csv`` cells a string is shown as it is,
-null/absent as an empty cell, and every other value as its compact JSON.
+their ``str``; a mapping as an object keyed by its keys' text, or, when two
+keys have the same text, as a list of ``[key, value]`` pairs. In ``table``
+and ``csv`` cells a string is shown as it is, null/absent as an empty cell,
+and every other value as its compact JSON.
 Command-line keys are parsed the same way (``merkle.cli.keys``), so a key
 copied from the output can be pasted back.
 """
@@ -73,7 +75,7 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, datetime.datetime | datetime.date | datetime.time):
         return value.isoformat()
     if isinstance(value, Mapping):
-        return {(k if isinstance(k, str) else cell(k)): jsonable(v) for k, v in value.items()}
+        return _jsonable_map(value)
     if isinstance(value, list | tuple):
         return [jsonable(item) for item in value]
     if isinstance(value, set | frozenset):
@@ -86,6 +88,16 @@ def jsonable(value: Any) -> Any:
     except (AttributeError, TypeError, ValueError):
         return str(value)
     return jsonable(item) if item is not value else str(item)
+
+
+def _jsonable_map(value: Mapping[Any, Any]) -> dict[str, Any] | list[list[Any]]:
+    """A mapping as a JSON object, its keys as their text; or, when two keys have the
+    same text (``1`` and ``"1"``, ``b"\\x01"`` and ``"01"``), as a list of
+    ``[key, value]`` pairs, the form of a typed map field, so that no entry is lost."""
+    shown = {(k if isinstance(k, str) else cell(k)): jsonable(v) for k, v in value.items()}
+    if len(shown) == len(value):
+        return shown
+    return [[jsonable(k), jsonable(v)] for k, v in value.items()]
 
 
 def to_json(value: Any, *, indent: int | None = None, ascii: bool = False) -> str:

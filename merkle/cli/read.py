@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -91,7 +92,49 @@ def scan(
     emit_rows(records, fmt, columns=[*key_fields, *(names or ())])
 
 
-@click.command(short_help="The records of some keys.")
+#: An argument that starts like a negative number: ``-7``, ``-2.5``, ``-.5``, ``-1e3``, ``-inf``.
+_NEGATIVE = re.compile(r"-(\d|\.\d|inf(inity)?$)", re.IGNORECASE)
+
+
+class _KeysCommand(click.Command):
+    """A command whose KEY arguments may be negative numbers: ``merkle get DB T -7``.
+
+    click reads any ``-...`` word as an option, so ``-7`` was "No such option".
+    Here a word that starts like a negative number, is not an option of the
+    command and is not the value of the option before it is an argument (as
+    if it came after ``--``). Every other ``-...`` word is still an option,
+    so a mistyped option is still a usage error and never a key.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        takes_value: set[str] = set()
+        known: set[str] = set()
+        for param in self.get_params(ctx):
+            if isinstance(param, click.Option):
+                names = {*param.opts, *param.secondary_opts}
+                known |= names
+                if not param.is_flag and not param.count:
+                    takes_value |= set(param.opts)
+        options: list[str] = []
+        arguments: list[str] = []
+        i = 0
+        while i < len(args):
+            word = args[i]
+            if word == "--":
+                arguments += args[i + 1 :]
+                break
+            if word in known or (word.startswith("-") and not _NEGATIVE.match(word)):
+                options.append(word)
+                if word in takes_value and i + 1 < len(args):
+                    options.append(args[i + 1])
+                    i += 1
+            else:
+                arguments.append(word)
+            i += 1
+        return super().parse_args(ctx, [*options, "--", *arguments])
+
+
+@click.command(cls=_KeysCommand, short_help="The records of some keys.")
 @click.argument("db")
 @click.argument("table")
 @click.argument("keys", nargs=-1, required=True, metavar="KEY...")
@@ -116,6 +159,8 @@ def get(
       bytes        hexadecimal: 00ff or 0x00ff
       timestamp    ISO-8601: 2026-01-31T12:00:00Z (naive = UTC)
       tuple(...)   a JSON array: '[2026, "eu"]'
+    A negative number is a key (get DB T -7); a key that starts with "-"
+    otherwise comes after "--" (get DB T -- -abc).
     Exit status 1 (after printing the records found) when a key has no record.
     """
     names = parse_fields(fields)

@@ -24,6 +24,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from merkle.cli.common import CliError
+from merkle.cli.typenames import parse_type, parse_types
 
 __all__ = [
     "INPUT_FORMATS",
@@ -179,66 +180,6 @@ def _peek_stdin(size: int) -> bytes:
         buffer.seek(where)
         return data
     return b""
-
-
-# -- types given on the command line -------------------------------------------------
-
-
-def parse_type(text: str) -> pa.DataType:
-    """An Arrow type from its name: ``int32``, ``string``, ``decimal128(10,2)``,
-    ``timestamp[us, tz=Europe/Berlin]``, ``date32``, ..."""
-    text = text.strip()
-    try:
-        return pa.type_for_alias(text)
-    except ValueError:
-        pass
-    lowered = text.replace(" ", "")
-    if lowered.startswith("decimal128(") and lowered.endswith(")"):
-        precision, _, scale = lowered[len("decimal128(") : -1].partition(",")
-        try:
-            return pa.decimal128(int(precision), int(scale or 0))
-        except ValueError:
-            pass
-    if lowered.startswith("timestamp[") and lowered.endswith("]"):
-        unit, _, zone = lowered[len("timestamp[") : -1].partition(",")
-        try:
-            return pa.timestamp(unit, tz=zone.removeprefix("tz=") or None)
-        except (ValueError, pa.ArrowException):
-            pass
-    raise CliError(
-        f"unknown type {text!r}: use an Arrow type name such as int32, int64, float64, "
-        "string, bool, date32, decimal128(10,2), timestamp[us] or timestamp[us, tz=UTC]"
-    )
-
-
-def parse_types(text: str | None, option: str = "--column-types") -> dict[str, pa.DataType]:
-    """``name:type,name:type`` as ``{name: type}`` (a decimal's comma is kept).
-
-    A name given twice is a CliError naming ``option``, as the Python API refuses
-    a schema that names a field twice: silently keeping one would be a guess.
-    """
-    if not text:
-        return {}
-    out: dict[str, pa.DataType] = {}
-    depth, start, parts = 0, 0, []
-    for i, ch in enumerate(text):
-        depth += ch in "(["
-        depth -= ch in ")]"
-        if ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    parts.append(text[start:])
-    for part in parts:
-        name, sep, kind = part.partition(":")
-        if not sep or not name.strip():
-            raise CliError(f"{part!r} is not NAME:TYPE (for example amount:decimal128(10,2))")
-        name = name.strip()
-        if name in out:
-            raise CliError(
-                f"{option} gives field {name!r} more than once; give each field one type"
-            )
-        out[name] = parse_type(kind)
-    return out
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -412,12 +353,24 @@ def csv_parse_options(options: ReadOptions, path: str) -> pacsv.ParseOptions:
     return pacsv.ParseOptions(delimiter="\t" if tsv else ",")
 
 
+def _is_text(kind: pa.DataType) -> bool:
+    """Whether the CSV reader gives columns of ``kind`` as cell text it never makes null."""
+    checks = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary)
+    return any(check(kind) for check in (*checks, pa.types.is_large_binary))
+
+
 def _nulls_in_strings(batch: pa.RecordBatch, options: ReadOptions) -> pa.RecordBatch:
-    """Null values applied to the string columns the reader left alone (never the key)."""
-    nulls = pa.array(list(options.null_values), pa.string())
+    """Null values applied to the text columns the reader left alone (never the key).
+
+    With ``strings_can_be_null=False`` the reader keeps every cell of a string,
+    large_string, binary or large_binary column as it is (an empty cell is ``""``
+    or ``b""``), so all four are nulled here: a binary column given by
+    ``--column-types`` or by the table must not store ``b"NA"`` for ``NA``.
+    """
     arrays = []
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
-        if pa.types.is_string(column.type) and name not in options.key_fields:
+        if _is_text(column.type) and name not in options.key_fields:
+            nulls = pa.array(list(options.null_values), pa.string()).cast(column.type)
             column = pc.if_else(pc.is_in(column, value_set=nulls), None, column)
         arrays.append(column)
     return pa.RecordBatch.from_arrays(arrays, schema=batch.schema)
@@ -430,9 +383,11 @@ def read_batches(source: Source, options: ReadOptions) -> Iterator[pa.RecordBatc
         if source.path == "-":
             raise CliError("parquet cannot be read from stdin: name the file")
         source.parquet = pq.ParquetFile(source.path)
+        done = 0
         try:
             for batch in source.parquet.iter_batches(batch_size=65536):
-                yield _cast(batch, types) if types else batch
+                yield _cast(batch, types, source, options.key_fields, done) if types else batch
+                done += batch.num_rows
         finally:
             source.parquet.close()
         return
@@ -486,14 +441,78 @@ def peek_types(
     return {name: schema.field(name).type for name in names if name in schema.names}
 
 
-def _cast(batch: pa.RecordBatch, types: Mapping[str, pa.DataType]) -> pa.RecordBatch:
+def _cast(
+    batch: pa.RecordBatch,
+    types: Mapping[str, pa.DataType],
+    source: Source,
+    key_fields: Sequence[str],
+    before: int,
+) -> pa.RecordBatch:
+    """``batch`` (rows ``before + 1``... of a Parquet file) with the columns of ``types``
+    cast to them; a value that does not convert is a CliError naming the file, the row,
+    the field, the record's key and the value (pyarrow's own message names none of them)."""
     fields = [
         batch.schema.field(name).with_type(types[name])
         if name in types
         else batch.schema.field(name)
         for name in batch.schema.names
     ]
-    return batch.cast(pa.schema(fields))
+    try:
+        return batch.cast(pa.schema(fields))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise CliError(_cast_error(batch, types, source, key_fields, before, exc)) from None
+
+
+def _cast_error(
+    batch: pa.RecordBatch,
+    types: Mapping[str, pa.DataType],
+    source: Source,
+    key_fields: Sequence[str],
+    before: int,
+    exc: BaseException,
+) -> str:
+    """Why ``batch`` does not cast to ``types``: the first column, and its first row, that fail."""
+    head = f"cannot read {source.name} as {source.fmt}: "
+    for name in batch.schema.names:
+        target = types.get(name)
+        column = batch.column(name)
+        if target is None or _casts(column, target) is None:
+            continue
+        if not _casts_at_all(column.type, target):
+            return head + (
+                f"column {name!r} is {column.type} in the file and cannot be read as {target}"
+            )
+        lo, hi = 0, len(column)  # the first failing row lies in [lo, hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if _casts(column.slice(lo, mid - lo), target) is not None:
+                hi = mid
+            else:
+                lo = mid
+        value = column.slice(lo, 1).to_pylist()[0]
+        problem = _casts(column.slice(lo, 1), target)
+        names = [n for n in key_fields if n in batch.schema.names]
+        key = [batch.column(n).slice(lo, 1).to_pylist()[0] for n in names]
+        shown_key = f", key {key[0]!r}" if len(key) == 1 else f", key {tuple(key)!r}" if key else ""
+        return head + (
+            f"row {before + lo + 1}, field {name!r}{shown_key}: value {value!r} is not "
+            f"{target} ({problem})"
+        )
+    return head + " ".join(str(exc).split())
+
+
+def _casts(column: pa.Array, target: pa.DataType) -> str | None:
+    """Why ``column`` does not cast (safely) to ``target``, or None when it does."""
+    try:
+        column.cast(target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        return " ".join(str(exc).split())
+    return None
+
+
+def _casts_at_all(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether Arrow has a cast from ``source`` to ``target`` (an empty array casts)."""
+    return _casts(pa.array([], source), target) is None
 
 
 def locate_csv_error(

@@ -146,8 +146,8 @@ def create(
     author: str | None,
 ) -> None:
     """Create table NAME in database DB, keyed by --key FIELD."""
-    # The readers of ``merkle load`` (CSV, JSON, Parquet): only the commands with types use them.
-    from merkle.cli.sources import parse_types
+    # Type names need pyarrow: imported only by the commands that take types.
+    from merkle.cli.typenames import parse_types
 
     key = split_names(keys, "--key")
     free: bool | list[str] = False
@@ -229,7 +229,7 @@ def alter(
     author: str | None,
 ) -> None:
     """Change the schema of table NAME in database DB (the rules: doc/api.md, "Schemas")."""
-    from merkle.cli.sources import parse_types  # (see create)
+    from merkle.cli.typenames import parse_types  # (see create)
 
     renames = {}
     for text in rename:

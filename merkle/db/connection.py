@@ -23,7 +23,7 @@ from merkle.blocks.walk import missing_below
 from merkle.db.database import Database
 from merkle.db.dbroot import DbRoot
 from merkle.db.inputs import check_metadata
-from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError
+from merkle.errors import ConflictError, IntegrityError, NotFoundError, StorageError, UsageError
 from merkle.lazy import OnFirstUse
 from merkle.refs import JournalConflictError, JournalEntry, RefManager
 from merkle.storage.base import ObjectStore, open_store
@@ -57,6 +57,10 @@ def _lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str
         node = decode_node(store.get(CONFIG_KEY))
     except NotFoundError:
         if not create:
+            # A location missing itself (an S3 bucket) says so in its own words (a
+            # NotFoundError from the listing); an empty or foreign one is no lake.
+            with contextlib.suppress(StorageError):
+                next(iter(store.list()), None)
             raise NotFoundError(
                 f"there is no merkle lake at {store.uri}: check the location, or create "
                 "the lake (connect with create=True, or `merkle db create`)"

@@ -95,3 +95,28 @@ def test_verify_clean_and_damaged(run: Run, conn: merkle.Connection, lake_uri: s
     line = run.fails("verify", "shop")
     assert "1 corrupt" in line
     assert str(block) in line
+
+
+def test_gc_that_leaves_its_lock_held_says_so_on_its_one_line(
+    run: Run, lake_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The error that stopped GC, and a note that writers wait for the lock it could not
+    release (the note was an exception note, which the CLI's one line left out)."""
+    from merkle.errors import StorageError
+    from merkle.gc import collect
+    from merkle.refs import GCLock
+
+    _history(lake_uri)
+
+    def stops(*args: object, **kwargs: object) -> None:
+        raise StorageError("cannot write 'refs/shop/x': [Errno 28] No space left on device")
+
+    def unreleasable(self: GCLock) -> None:
+        raise StorageError("cannot write 'gc/lock/x': [Errno 28] No space left on device")
+
+    monkeypatch.setattr(collect, "_collect", stops)
+    monkeypatch.setattr(GCLock, "release", unreleasable)
+    line = run.fails("gc", "--keep-versions", "1")
+    assert "refs/shop/x" in line
+    assert "could not be released" in line
+    assert "--break-lock" in line
