@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import os
 import re
 import stat
@@ -36,6 +37,8 @@ __all__ = ["FileStore"]
 _TMP_PREFIX = ".tmp-"
 #: The name of a temporary file this store writes (a uuid4 in hex after the prefix).
 _TMP_NAME = re.compile(re.escape(_TMP_PREFIX) + "[0-9a-f]{32}")
+#: The errors of a write that found no room: a full disk, or the user's quota used up.
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -241,6 +244,21 @@ class FileStore(ObjectStore):
             "be an object too: a file store cannot hold both 'a' and 'a/b'"
         )
 
+    def _write_error(self, key: str, exc: BaseException, detail: str = "") -> StorageError:
+        """The StorageError for a failed write of ``key``: a full disk says so, and what to do.
+
+        Built only on the error path, so a successful write pays nothing for it.
+        """
+        if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+            what = "full" if exc.errno == errno.ENOSPC else "over its quota"
+            return StorageError(
+                f"cannot write {key!r} to {self.uri}: the disk holding {self.root} is {what} "
+                f"({exc.strerror or exc}){detail}; free some space there (or move the lake to "
+                "a bigger disk) and try again. `merkle gc` can free space too, but needs some "
+                "free space itself, so delete other files first"
+            )
+        return StorageError(f"cannot write {key!r} to {self.uri}: {exc}{detail}")
+
     def _sync_dir(self, directory: str) -> None:
         if not self.fsync:
             return
@@ -281,7 +299,7 @@ class FileStore(ObjectStore):
             tmp = self._write_temp(path, check_data(key, data), sync=False)
             os.replace(tmp, path)
         except OSError as exc:
-            raise StorageError(f"cannot write {key!r} to {self.uri}: {exc}") from exc
+            raise self._write_error(key, exc) from exc
 
     def put_many(self, items: Iterable[tuple[str, bytes]]) -> None:
         """Write every object to a durable temp file, then rename them all, then sync the dirs.
@@ -302,14 +320,19 @@ class FileStore(ObjectStore):
         temps: builtins.list[str | BaseException] = self.map_bulk(
             lambda pd: self._try_write_temp(pd[0], pd[1]), staged
         )
-        failed = [t for t in temps if isinstance(t, BaseException)]
+        failed = [i for i, t in enumerate(temps) if isinstance(t, BaseException)]
         if failed:
             for tmp in temps:
                 if isinstance(tmp, str):
                     _unlink_quietly(tmp)
-            if isinstance(failed[0], UsageError):
-                raise failed[0]
-            raise StorageError(f"cannot write to {self.uri}: {failed[0]}") from failed[0]
+            first = temps[failed[0]]
+            assert isinstance(first, BaseException)
+            if isinstance(first, UsageError):
+                raise first
+            others = f"; {len(failed) - 1} more of the {len(staged)} objects failed too"
+            detail = f" (nothing was written{others if len(failed) > 1 else ''})"
+            key = self._key_of(staged[failed[0]][0])
+            raise self._write_error(key, first, detail) from first
         return [t for t in temps if isinstance(t, str)]
 
     def _publish(self, staged: builtins.list[tuple[str, bytes]], temps: builtins.list[str]) -> None:
@@ -325,11 +348,10 @@ class FileStore(ObjectStore):
                 assert isinstance(tmp, str)
                 _unlink_quietly(tmp)
             key = self._key_of(staged[renamed][0])
-            raise StorageError(
-                f"cannot write {key!r} to {self.uri}: {exc} ({renamed} of {len(staged)} "
-                "objects were written)",
-                definite=renamed == 0,
-            ) from exc
+            written = f" ({renamed} of {len(staged)} objects were written)"
+            error = self._write_error(key, exc, written)
+            error.definite = renamed == 0
+            raise error from exc
         try:
             for directory in sorted({os.path.dirname(path) for path, _ in staged}):
                 self._sync_dir(directory)
@@ -379,7 +401,7 @@ class FileStore(ObjectStore):
         try:
             tmp = self._write_temp(path, data)
         except OSError as exc:
-            raise StorageError(f"cannot write {key!r} to {self.uri}: {exc}") from exc
+            raise self._write_error(key, exc) from exc
         return self._link_temp(key, path, tmp)
 
     def _link_temp(self, key: str, path: str, tmp: str) -> bool:
@@ -410,7 +432,7 @@ class FileStore(ObjectStore):
         try:
             ours = os.stat(tmp)
         except OSError as exc:
-            raise StorageError(f"cannot write {key!r} to {self.uri}: {exc}") from exc
+            raise self._write_error(key, exc) from exc
         try:
             os.link(tmp, path)
             return True
@@ -430,7 +452,7 @@ class FileStore(ObjectStore):
             return True
         if isinstance(error, FileExistsError) and found is not None:
             return False
-        raise StorageError(f"cannot write {key!r} to {self.uri}: {error}") from error
+        raise self._write_error(key, error) from error
 
     def touch(self, key: str) -> None:
         self.set_mtime(key, None)

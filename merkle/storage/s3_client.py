@@ -15,6 +15,7 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError, InvalidRegionError, PartialCredentialsError
 
 from merkle.errors import UsageError
 
@@ -79,9 +80,29 @@ def new_client(
         # Custom endpoints (MinIO, moto) rarely resolve bucket subdomains.
         s3={"addressing_style": "path"} if endpoint_url else None,
     )
-    return _session_client(
-        endpoint_url=endpoint_url, region_name=region_name, config=config, **credentials
-    )
+    try:
+        return _session_client(
+            endpoint_url=endpoint_url, region_name=region_name, config=config, **credentials
+        )
+    except PartialCredentialsError:
+        given = ", ".join(sorted(credentials)) or "none"
+        raise UsageError(
+            "S3 options aws_access_key_id and aws_secret_access_key go together: pass both "
+            f"(given: {given}), or neither to use the environment's credentials (AWS_* "
+            "variables, ~/.aws, an instance role)"
+        ) from None
+    except InvalidRegionError:
+        raise UsageError(
+            f"S3 option region_name {region_name!r} is not a valid region name: use one such "
+            "as 'us-east-1' (letters, digits and hyphens), or leave it out"
+        ) from None
+    except (BotoCoreError, ValueError) as exc:
+        # Whatever else boto3 refuses while making a client is one of the options above.
+        raise UsageError(
+            f"boto3 refused the S3 options (endpoint_url={endpoint_url!r}, "
+            f"region_name={region_name!r}, credentials given: "
+            f"{', '.join(sorted(credentials)) or 'none'}): {exc}; correct the option it names"
+        ) from None
 
 
 _SESSION: boto3.session.Session | None = None

@@ -15,7 +15,10 @@ commit version 0 of a new database. A refused file stores nothing.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, TYPE_CHECKING, Any
@@ -26,7 +29,7 @@ from merkle.blocks.cid import CID, DAG_CBOR, RAW
 from merkle.blocks.codec import decode_node, encode_node, iter_links
 from merkle.db.dbroot import DbRoot
 from merkle.db.landing import land
-from merkle.errors import IntegrityError, UsageError
+from merkle.errors import IntegrityError, StorageError, UsageError
 from merkle.refs import JournalEntry, WriterTicket
 
 if TYPE_CHECKING:
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["CarReport", "export_car", "import_car", "read_car"]
 
 _BATCH = 64
+#: The errors of a write that found no room: a full disk, or the user's quota used up.
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 #: A section longer than this is refused before it is read (blocks are far smaller).
 _MAX_SECTION = 1 << 31
 
@@ -63,26 +68,91 @@ def export_car(
     """Write version ``version`` (default: the head) of ``db`` to ``out`` as a CAR v1 file."""
     with conn.open_db(db, version=version, lease=True) as source:
         root = CID.parse(source.root)
-        if isinstance(out, (str, os.PathLike)):
-            with _create(out) as handle:
+        if not isinstance(out, (str, os.PathLike)):
+            name = getattr(out, "name", None)
+            where = f"the CAR file {name}" if isinstance(name, str) else "the CAR output stream"
+            try:
+                return _write(conn, root, out)
+            except OSError as exc:
+                raise _write_error(where, exc, partial=True) from exc
+        return _export_to(conn, root, os.fspath(out))
+
+
+def _export_to(conn: Connection, root: CID, path: str) -> CarReport:
+    """Write the CAR file under a temporary name beside ``path``, renamed when complete.
+
+    So a failed export (a full disk, an error reading a block) leaves no
+    truncated file under the name asked for, and an existing file there is
+    replaced only by a complete one. A path that is not a regular file (a
+    pipe, ``/dev/stdout``) is written in place: it cannot be renamed over.
+    """
+    if os.path.exists(path) and not os.path.isfile(path):
+        try:
+            with _create(path) as handle:
                 return _write(conn, root, handle)
-        return _write(conn, root, out)
+        except OSError as exc:  # from a write, or from the flush when it is closed
+            raise _write_error(f"the CAR file {path}", exc, partial=True) from exc
+    folder = os.path.dirname(os.path.abspath(path))
+    temp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.partial")
+    try:
+        with _create(temp, shown=path) as handle:
+            report = _write(conn, root, handle)
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except OSError as exc:
+        _remove_quietly(temp)
+        raise _write_error(f"the CAR file {path}", exc) from exc
+    except BaseException:
+        _remove_quietly(temp)
+        raise
+    return report
 
 
-def _create(path: str | os.PathLike[str]) -> IO[bytes]:
-    """``path`` opened for writing; a path that cannot be a new file is a UsageError."""
+def _write_error(where: str, exc: OSError, *, partial: bool = False) -> StorageError:
+    """The StorageError for a CAR export that could not be written (a full disk says so).
+
+    ``partial``: the bytes went straight to ``where`` (a stream, a pipe), so
+    part of the file may have been written there; otherwise nothing was, and
+    a file already under that name is unchanged.
+    """
+    left = (
+        "part of it may have been written, so discard what was"
+        if partial
+        else "no file was left under that name (a file already there is unchanged)"
+    )
+    if exc.errno in _NO_SPACE:
+        return StorageError(
+            f"cannot write {where}: the disk is full ({exc.strerror or exc}); {left}. Free "
+            "some space there, or export to another disk"
+        )
+    return StorageError(f"cannot write {where}: {exc.strerror or exc}; {left}")
+
+
+def _remove_quietly(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.remove(path)
+
+
+def _create(path: str, *, shown: str | None = None) -> IO[bytes]:
+    """``path`` opened for writing; a path that cannot be a new file is a UsageError.
+
+    ``shown`` is the name the caller asked for, named in errors instead of
+    the temporary ``path`` beside it.
+    """
+    name = path if shown is None else shown
     try:
         return open(path, "wb")
     except FileNotFoundError:
         folder = os.path.dirname(os.path.abspath(path))
         raise UsageError(
-            f"cannot write the CAR file {os.fspath(path)}: folder {folder} does not exist; "
+            f"cannot write the CAR file {name}: folder {folder} does not exist; "
             "create it first, or name a file in an existing folder"
         ) from None
     except OSError as exc:
+        if exc.errno in _NO_SPACE:
+            raise _write_error(f"the CAR file {name}", exc) from exc
         raise UsageError(
-            f"cannot write the CAR file {os.fspath(path)}: {exc.strerror or exc}; "
-            "name a file you may write"
+            f"cannot write the CAR file {name}: {exc.strerror or exc}; name a file you may write"
         ) from None
 
 

@@ -13,8 +13,11 @@ For each source version to send, oldest first:
    from in ``meta["synced_from"]`` (``{lake, db, version, root}``).
 
 The destination must be absent, dropped, or at a version the source's
-journal holds (the same root at or before the version sent): anything else
-diverged and is refused with :class:`SyncDivergedError`. A sync killed at
+journal holds (the same root at or before the version sent), or at one a
+sync from this source wrote that retention has since trimmed at the source
+(its entry, past any collection fences, records ``synced_from`` this lake,
+database and root, in the current life of the database there): anything
+else diverged and is refused with :class:`SyncDivergedError`. A sync killed at
 any point leaves at most unreferenced blocks and a destination head at a
 complete version; running it again sends only what is still missing, and
 looks up (never copies again) what arrived.
@@ -38,6 +41,8 @@ if TYPE_CHECKING:
 __all__ = ["SyncDivergedError", "SyncReport", "sync"]
 
 _ATTEMPTS = 8
+#: GC fence entries looked through above the entry a sync wrote at the destination.
+_FENCES = 16
 
 
 class SyncDivergedError(ConflictError):
@@ -94,7 +99,13 @@ def _lineage(src: Connection, db: str, version: int | None) -> list[JournalEntry
 
 
 def _to_send(
-    line: list[JournalEntry], head: JournalEntry | None, history: bool, target: str, src_uri: str
+    src: Connection,
+    dst: Connection,
+    db: str,
+    line: list[JournalEntry],
+    head: JournalEntry | None,
+    history: bool,
+    target: str,
 ) -> list[JournalEntry]:
     """The source entries to commit at the destination, oldest first."""
     last = line[-1]
@@ -103,14 +114,114 @@ def _to_send(
     if head.root == last.root:
         return []
     shared = [i for i, e in enumerate(line) if e.root == head.root]
-    if not shared:
-        raise SyncDivergedError(
-            f"destination database {target!r} is at version {head.version} (root "
-            f"{head.root}), which {src_uri} never had before version {last.version}: it "
-            "diverged. Pull it and merge, or send under another name (as_name=, --as)"
+    if shared:
+        rest = line[shared[-1] + 1 :]
+        return rest if history else [last]
+    if _pushed_before_retained(src, dst, db, line, head, target):
+        return line if history else [last]
+    raise _diverged(src, db, line, head, target, _synced_from(dst, target, head))
+
+
+def _synced_from(dst: Connection, target: str, head: JournalEntry) -> dict[str, Any] | None:
+    """The ``synced_from`` record of the destination's head state, or None if it has none.
+
+    A collection at the destination may have appended fence entries (same
+    root, no ``synced_from``) above the entry a sync wrote; they are looked
+    through. Any other entry without the record was committed at the
+    destination itself.
+    """
+    entry = head
+    for _ in range(_FENCES):
+        record = entry.meta.get("synced_from")
+        if isinstance(record, dict):
+            return record
+        if not entry.fence or entry.parent is None:
+            return None
+        try:
+            below = dst.refs.get(target, entry.parent)
+        except NotFoundError:
+            return None  # trimmed: the evidence is gone
+        if below.root != entry.root:
+            return None
+        entry = below
+    return None
+
+
+def _pushed_before_retained(
+    src: Connection,
+    dst: Connection,
+    db: str,
+    line: list[JournalEntry],
+    head: JournalEntry,
+    target: str,
+) -> bool:
+    """Whether the destination is at a source version older than the source still keeps.
+
+    Retention at the source may have trimmed the version the destination
+    is at, so its root is no longer in the source's journal. The
+    destination's own entry proves it did not diverge: a sync from this
+    source wrote it (``synced_from`` names this lake and database and the
+    head's root) and nothing but collection fences was committed on it
+    since. The source's journal is one line per life of a database, so a
+    version older than what it keeps, in the same life (at or after the
+    ``created`` entry), is an ancestor of every version kept.
+    """
+    record = _synced_from(dst, target, head)
+    if record is None or src.uri.endswith("://"):  # an in-memory lake has no identity
+        return False
+    version = record.get("version")
+    if (
+        record.get("lake") != src.uri
+        or record.get("db") != db
+        or record.get("root") != head.root
+        or not isinstance(version, int)
+        or isinstance(version, bool)
+    ):
+        return False
+    created = line[-1].created
+    return version < line[0].version and created is not None and version >= created
+
+
+def _diverged(
+    src: Connection,
+    db: str,
+    line: list[JournalEntry],
+    head: JournalEntry,
+    target: str,
+    record: dict[str, Any] | None,
+) -> SyncDivergedError:
+    """The error for a destination head the source's retained journal does not show.
+
+    ``record`` is the head state's ``synced_from`` (None if it has none).
+    """
+    last = line[-1]
+    where = f"destination database {target!r} is at version {head.version} (root {head.root})"
+    advice = "Pull it and merge, or send under another name (as_name=, --as)"
+    if (
+        record is not None
+        and record.get("lake") == src.uri
+        and record.get("db") == db
+        and isinstance(record.get("version"), int)
+        and record["version"] > last.version
+    ):
+        return SyncDivergedError(
+            f"{where}, which came from version {record['version']} of {db!r} in {src.uri}, "
+            f"newer than version {last.version} sent: sending it would go back. Send it "
+            "under another name (as_name=, --as)"
         )
-    rest = line[shared[-1] + 1 :]
-    return rest if history else [last]
+    oldest = src.refs.oldest_version(db)
+    trimmed = line[0].parent is not None and oldest is not None and oldest >= line[0].version
+    if trimmed:
+        return SyncDivergedError(
+            f"{where}, which is not among the versions of {db!r} that {src.uri} still keeps "
+            f"(retention trimmed those before version {line[0].version}), and its entry does "
+            "not record that a push from there wrote it: it may be an older version of the "
+            f"source or it diverged, and the evidence was trimmed. {advice}; or, if nobody "
+            "committed on it, drop it at the destination and push again"
+        )
+    return SyncDivergedError(
+        f"{where}, which {src.uri} never had before version {last.version}: it diverged. {advice}"
+    )
 
 
 def sync(
@@ -141,7 +252,7 @@ def sync(
     for _ in range(_ATTEMPTS):
         line = _lineage(src, db, version)
         head = dst.refs.head(target)
-        todo = _to_send(line, head, send_history, target, src.uri)
+        todo = _to_send(src, dst, db, line, head, send_history, target)
         if not todo:
             return report
         try:
