@@ -24,8 +24,9 @@ import pyarrow as pa
 
 from merkle.errors import SchemaError, UsageError
 from merkle.lazy import compute as pc
+from merkle.tablets.dicts import check_fits, has_dictionary, restore_fitting
 from merkle.tablets.fits import loss_check
-from merkle.tablets.freeform import in_micros
+from merkle.tablets.freeform import in_micros, python_values
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
 from merkle.tablets.schema import (
     composite_column,
@@ -335,6 +336,8 @@ def conform_arrow(
                 array = cbor_array(name, values, lambda i: f"the record with key {key_of(i)!r}")
         else:
             array = fit_column(name, column, storage_type(target.type), key_of)
+            if has_dictionary(target.type) and column.type != target.type:
+                check_fits(name, array, target.type)  # Arrow of the field's type fits already
         stored[name] = (stored_field(target), array)
     order = {name: i for i, name in enumerate(names)}
     full = _extend(schema, sorted(new_fields, key=lambda f: order[f.name]))
@@ -437,6 +440,8 @@ def conform_records(
             array = cbor_array(name, values, lambda i: f"the record with key {keys[i]!r}")
         else:
             array = _typed_array(name, values, storage_type(target.type), key_of)
+            if has_dictionary(target.type):
+                check_fits(name, array, target.type)
         stored[name] = (stored_field(target), array)
     full = _extend(schema, sorted(new_fields, key=lambda f: first_seen.get(f.name, -1)))
     if not partial:
@@ -451,11 +456,23 @@ def _key_label(key: KeyLayout) -> str:
 # -- reading ---------------------------------------------------------------------
 
 
-def _restore(column: Any, kind: pa.DataType) -> Any:
-    """A stored column as the schema's type (struct fields matched by position)."""
+def _restore(column: Any, kind: pa.DataType, name: str = "") -> Any:
+    """A stored column as the schema's type (struct fields matched by position).
+
+    A column whose values outnumber a dictionary index type of ``kind``
+    comes back as several chunks, each with a dictionary that fits
+    (:func:`~merkle.tablets.dicts.restore_fitting`).
+    """
     if column.type == kind:
         return column
     if isinstance(column, pa.ChunkedArray):
+        if has_dictionary(kind):
+            chunks = [
+                piece
+                for chunk in column.chunks
+                for piece in restore_fitting(name, chunk, kind, _restore)
+            ]
+            return pa.chunked_array(chunks, type=kind)
         return pa.chunked_array([_restore(chunk, kind) for chunk in column.chunks], type=kind)
     if pa.types.is_struct(kind) and pa.types.is_struct(column.type):
         children = [_restore(column.field(i), kind.field(i).type) for i in range(kind.num_fields)]
@@ -501,9 +518,9 @@ def present(
     for field in chosen:
         name = field.name
         if name in parts:
-            arrays.append(_restore(parts[name], field.type))
+            arrays.append(_restore(parts[name], field.type, name))
         elif name in raw.column_names:
-            arrays.append(_restore(raw.column(name), field.type))
+            arrays.append(_restore(raw.column(name), field.type, name))
         else:
             arrays.append(pa.nulls(count, field.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(chosen))
@@ -528,14 +545,16 @@ def present_records(
             index = key.fields.index(name)
             values: list[Any] = [k[index] for k in keys] if key.composite else keys
         elif name in raw.column_names:
-            column = in_micros(_restore(raw.column(name), field.type), name)
-            utc = pa.types.is_timestamp(field.type) and field.type.tz in ("UTC", "+00:00")
-            if is_free(field) or utc:  # UTC times as datetime.UTC, as keys and CBOR give them
+            # Records need no dictionary encoding: the storage type gives the same values.
+            column = in_micros(_restore(raw.column(name), storage_type(field.type)), name)
+            if is_free(field):
                 values = column_values(
                     pa.table([column], schema=pa.schema([field.with_type(column.type)])), name
                 )
-            else:
-                values = column.to_pylist()
+            else:  # UTC times as datetime.UTC, as keys and CBOR give them
+                kind = column.type
+                utc = pa.types.is_timestamp(kind) and kind.tz in ("UTC", "+00:00")
+                values = python_values(column, name, keys.__getitem__, utc=utc)
         else:
             continue
         for record, value in zip(records, values, strict=True):

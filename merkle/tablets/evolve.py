@@ -10,8 +10,11 @@ The rules, as Delta Lake users know them:
   int8 -> int16 -> int32 -> int64 (and unsigned to a wider unsigned or
   signed type), float16/float32 -> float64, int8/16/32 -> float64,
   decimal(p, s) -> decimal(p', s) with p' > p, string -> large_string,
-  binary -> large_binary, date32 -> date64. Anything narrower is a
-  :class:`~merkle.errors.SchemaError`.
+  binary -> large_binary, date32 -> date64; a dictionary field to a
+  wider index type (int8 -> int16, ...) and a value type it widens to, or to
+  that value type itself (dictionary<int8, string> -> string): segments
+  store dictionaries decoded, so only the root changes in meaning. Anything
+  narrower is a :class:`~merkle.errors.SchemaError`.
 - **rename** a field (not a key field) to a free name.
 - **drop** a field (not a key field).
 - **free** a field: it becomes schema-free (any value, CBOR); existing values
@@ -32,6 +35,7 @@ import pyarrow as pa
 
 from merkle.errors import SchemaError
 from merkle.tablets.conform import KeyLayout
+from merkle.tablets.dicts import index_capacity
 from merkle.tablets.schema import free_field, is_free, storage_type
 from merkle.tablets.segment import cbor_array, cbor_field, column_values
 
@@ -127,6 +131,13 @@ def can_widen(old: pa.DataType, new: pa.DataType) -> bool:
     types = pa.types
     if old == new:
         return True
+    if types.is_dictionary(old):
+        if not types.is_dictionary(new):
+            return can_widen(old.value_type, new)
+        return bool(
+            index_capacity(new.index_type) >= index_capacity(old.index_type)
+            and can_widen(old.value_type, new.value_type)
+        )
     if types.is_integer(old) and types.is_integer(new):
         if types.is_signed_integer(old):
             return bool(types.is_signed_integer(new) and new.bit_width >= old.bit_width)
@@ -207,7 +218,8 @@ def plan_change(
             raise SchemaError(
                 f"cannot widen field {name!r} from {old.type} to {kind}: not every value of "
                 f"the old type is a value of the new one (allowed: wider integers, "
-                f"float32 -> float64, int -> float64, decimal precision, large types)"
+                f"float32 -> float64, int -> float64, decimal precision, large types, a wider "
+                f"dictionary index or the dictionary's value type)"
             )
         fields[i] = old.with_type(kind)
         if name not in key.fields:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -39,6 +39,7 @@ __all__ = [
     "field_set",
     "in_micros",
     "normalize_arrow",
+    "python_values",
     "records_to_arrow",
     "values_column",
 ]
@@ -243,11 +244,79 @@ def _column_values(table: pa.Table, name: str) -> list[Any]:
         return [None if data is None else _cbor_decode(data, name) for data in column.to_pylist()]
     kind = column.type
     if pa.types.is_timestamp(kind) and kind.tz is not None:
-        # Arrow gives zoneinfo("UTC"); records use datetime.UTC, as CBOR and key codecs do.
-        # The stored values are UTC instants: seen as naive timestamps without a cast.
-        naive_type = pa.timestamp(kind.unit)
-        naive = [value for chunk in column.chunks for value in chunk.view(naive_type).to_pylist()]
-        return [None if value is None else value.replace(tzinfo=_UTC) for value in naive]
+        return _utc_values(column)
+    return list(column.to_pylist())
+
+
+def _utc_values(column: pa.ChunkedArray) -> list[Any]:
+    """A zoned timestamp column as datetimes in ``datetime.UTC``.
+
+    Arrow gives zoneinfo("UTC"); records use datetime.UTC, as CBOR and key
+    codecs do. The stored values are UTC instants: seen as naive timestamps
+    without a cast.
+    """
+    naive_type = pa.timestamp(column.type.unit)
+    naive = [value for chunk in column.chunks for value in chunk.view(naive_type).to_pylist()]
+    return [None if value is None else value.replace(tzinfo=_UTC) for value in naive]
+
+
+def python_values(
+    column: pa.ChunkedArray, name: str, key_of: Callable[[int], Any], *, utc: bool = False
+) -> list[Any]:
+    """The Python values of a typed (not schema-free) column, for records.
+
+    ``utc``: the column is a timestamp in UTC, given as datetimes in
+    ``datetime.UTC``. A value Arrow holds but Python cannot (a time before
+    year 1 or after 9999 once in the field's zone, e.g. 0001-01-01T00:00Z in
+    America/New_York) is a UsageError naming the field and the record's key:
+    such a column is read as Arrow, as nanoseconds are (:func:`in_micros`).
+    """
+    convert = _utc_values if utc else _plain_values
+    try:
+        return convert(column)
+    except UnicodeDecodeError:
+        raise  # not UTF-8: damage, not a value out of Python's range (Table.records)
+    except (OverflowError, ValueError) as exc:
+        error = exc
+    position = _first_failing(column, convert)
+    where = (
+        "a value"
+        if position is None
+        else f"the value of the record with key {show(key_of(position))}"
+    )
+    raise UsageError(
+        f"field {name!r} ({column.type}): {where} has no Python form ({error}; a datetime "
+        "holds years 1 to 9999 in the field's time zone): read it as Arrow (to_arrow, "
+        "to_batches, get_arrow), where it is kept exactly"
+    ) from None
+
+
+def _first_failing(
+    column: pa.ChunkedArray, convert: Callable[[pa.ChunkedArray], list[Any]]
+) -> int | None:
+    """The position of the first value ``convert`` fails on (the error path only):
+    halving, so a long column costs a few conversions, not one per row."""
+
+    def fails(start: int, length: int) -> bool:
+        try:
+            convert(column.slice(start, length))
+        except (OverflowError, ValueError):
+            return True
+        return False
+
+    start, length = 0, len(column)
+    if not length or not fails(start, length):
+        return None
+    while length > 1:
+        half = length // 2
+        if fails(start, half):
+            length = half
+        else:
+            start, length = start + half, length - half
+    return start
+
+
+def _plain_values(column: pa.ChunkedArray) -> list[Any]:
     return list(column.to_pylist())
 
 

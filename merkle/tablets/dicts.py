@@ -1,0 +1,112 @@
+"""Dictionary-encoded fields: values that outnumber the index type, on write and on read.
+
+Segments store a dictionary field decoded (:func:`~merkle.tablets.schema.storage_type`),
+so writes to one field may together hold more distinct values than its index
+type can number (two writes of 100 values each to a ``dictionary<int8,
+string>`` field: 200 values, indices only to 127). Every such version must
+stay readable: :func:`restore_fitting` gives such a column as several chunks,
+each with its own dictionary that fits (Arrow allows one dictionary per chunk,
+and ``to_batches`` yields batches that each fit). Only a column that overflows
+pays: the others are cast once, as before.
+
+One write is held to what Arrow itself accepts (:func:`check_fits`): the
+values of one array (one chunk of user Arrow, all records of one write) must
+fit one dictionary of the field's index type, or the write is a SchemaError
+naming the field, the index type and the count.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from merkle.errors import SchemaError
+from merkle.lazy import compute as pc
+
+__all__ = ["check_fits", "has_dictionary", "index_capacity", "restore_fitting"]
+
+
+@functools.lru_cache(maxsize=256)
+def has_dictionary(kind: pa.DataType) -> bool:
+    """Whether ``kind`` is, or holds anywhere inside, a dictionary type (cached per type)."""
+    if pa.types.is_dictionary(kind):
+        return True
+    return any(has_dictionary(kind.field(i).type) for i in range(kind.num_fields))
+
+
+def _dictionaries(kind: pa.DataType) -> list[pa.DictionaryType]:
+    if pa.types.is_dictionary(kind):
+        return [kind]
+    return [d for i in range(kind.num_fields) for d in _dictionaries(kind.field(i).type)]
+
+
+def index_capacity(index: pa.DataType) -> int:
+    """How many dictionary values an index type can number (int8: 128, uint8: 256):
+    indices are never negative."""
+    bits = int(index.bit_width) - (1 if pa.types.is_signed_integer(index) else 0)
+    return 1 << bits
+
+
+def _advice(name: str, kind: pa.DataType) -> str:
+    plain = kind.value_type if pa.types.is_dictionary(kind) else "its value type"
+    return (
+        f"declare the field with a wider index (dictionary<int16|int32, ...>; an existing "
+        f"field: alter_schema(table, widen={{{name!r}: ...}})) or as {plain}"
+    )
+
+
+def check_fits(name: str, array: pa.Array | pa.ChunkedArray, kind: pa.DataType) -> None:
+    """SchemaError unless each chunk of ``array`` (storage form) can be cast to ``kind``.
+
+    Call it only for a ``kind`` that :func:`has_dictionary`: it casts the values.
+    """
+    chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
+    for chunk in chunks:
+        try:
+            chunk.cast(kind)
+        except pa.ArrowInvalid:
+            raise _too_many(name, chunk, kind, "one write") from None
+
+
+def _too_many(name: str, chunk: pa.Array, kind: pa.DataType, what: str) -> SchemaError:
+    if pa.types.is_dictionary(kind):
+        count = pc.count_distinct(chunk, mode="only_valid").as_py()
+        index = kind.index_type
+        return SchemaError(
+            f"field {name!r} is {kind}: {what} holds {count} distinct values, but its "
+            f"index type {index} numbers at most {index_capacity(index)}: {_advice(name, kind)}"
+        )
+    indices = ", ".join(sorted({str(d.index_type) for d in _dictionaries(kind)}))
+    return SchemaError(
+        f"field {name!r} is {kind}: {what} holds more distinct values than its dictionary "
+        f"index type ({indices}) can number: {_advice(name, kind)}"
+    )
+
+
+def restore_fitting(
+    name: str,
+    chunk: pa.Array,
+    kind: pa.DataType,
+    restore: Callable[[Any, pa.DataType], Any],
+) -> list[pa.Array]:
+    """``chunk`` as ``kind`` by ``restore``: one array when its dictionaries fit their
+    index types, else consecutive slices that each fit (each with its own dictionary).
+
+    Only the overflow case does more than one cast: a failing piece is halved
+    until each half fits. A single row that cannot fit (a list of more distinct
+    values than its index numbers) is a SchemaError naming the field.
+    """
+    try:
+        return [restore(chunk, kind)]
+    except pa.ArrowInvalid:
+        if len(chunk) <= 1:
+            raise _too_many(name, chunk, kind, "a record") from None
+    half = len(chunk) // 2
+    pieces = [chunk.slice(0, half), chunk.slice(half)]
+    if not pa.types.is_dictionary(kind):
+        # A cast of a sliced list casts all its child values: copy just the slice's.
+        pieces = [pa.concat_arrays([piece]) for piece in pieces]
+    return [part for piece in pieces for part in restore_fitting(name, piece, kind, restore)]
