@@ -144,11 +144,21 @@ def fit_column(
             raise SchemaError(
                 f"field {name!r} is {target}: the value {show_value(a)} of the record with key "
                 f"{show_value(key_of(position))} does not fit it exactly (it would become "
-                f"{show_value(candidate.slice(position, 1).to_pylist()[0])}): widen the field "
-                f"(alter_schema(table, widen={{{name!r}: ...}})), declare it schema-free, "
-                "or fix the value"
+                f"{show_value(candidate.slice(position, 1).to_pylist()[0])}): "
+                f"{_way_out(name, target)}"
             )
     return candidate
+
+
+def _way_out(name: str, target: pa.DataType) -> str:
+    """What to do about a value a field cannot hold: a nested field cannot be widened."""
+    free = f"alter_schema(table, free=[{name!r}]); CLI: merkle table alter DB T --free {name}"
+    if pa.types.is_nested(target):
+        return f"declare the field schema-free ({free}), or fix the value"
+    return (
+        f"widen the field (alter_schema(table, widen={{{name!r}: ...}})), declare it "
+        f"schema-free ({free}), or fix the value"
+    )
 
 
 def _first_valid(column: pa.Array | pa.ChunkedArray) -> int | None:
@@ -187,8 +197,7 @@ def _typed_array(
             raise SchemaError(
                 f"field {name!r} is {target}: the value {show_value(value)} "
                 f"({type(value).__name__}) of the record with key {show_value(key_of(position))} "
-                f"does not fit it ({exc}): widen the field (alter_schema), declare it "
-                "schema-free, or fix the value"
+                f"does not fit it ({exc}): {_way_out(name, target)}"
             ) from None
     raise SchemaError(f"field {name!r} is {target}: its values do not fit it")
 

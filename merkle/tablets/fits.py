@@ -23,7 +23,14 @@ __all__ = ["loss_check"]
 def loss_check(target: pa.DataType) -> Callable[[Any], str | None] | None:
     """For a type pyarrow converts some Python values into with a loss (cutting or
     rounding them without a word), a function naming the loss of one value (None when
-    it fits exactly); None for other types."""
+    it fits exactly); None for other types. Nested types are checked inside: a struct
+    also loses a member its fields do not name, which pyarrow drops without a word."""
+    if pa.types.is_struct(target):
+        return _struct_check(target)
+    if pa.types.is_list(target) or pa.types.is_large_list(target):
+        return _items_check(loss_check(target.value_type))
+    if pa.types.is_fixed_size_list(target):
+        return _items_check(loss_check(target.value_type))
     if pa.types.is_integer(target):
         return lambda v: "it is not a whole number" if _fractional(v) else None
     if pa.types.is_float32(target):
@@ -51,6 +58,45 @@ def loss_check(target: pa.DataType) -> Callable[[Any], str | None] | None:
             else None
         )
     return None
+
+
+def _struct_check(target: pa.StructType) -> Callable[[Any], str | None]:
+    children = {
+        target.field(i).name: loss_check(target.field(i).type) for i in range(target.num_fields)
+    }
+
+    def check(value: Any) -> str | None:
+        if not isinstance(value, dict):
+            return None  # pyarrow refuses what is not a mapping
+        for name, member in value.items():
+            if name not in children:
+                return (
+                    f"it has member {name!r}, which the struct's fields ({', '.join(children)}) "
+                    "do not name and would be dropped"
+                )
+            inner = children[name]
+            lost = None if inner is None or member is None else inner(member)
+            if lost:
+                return f"its member {name!r}: {lost}"
+        return None
+
+    return check
+
+
+def _items_check(inner: Callable[[Any], str | None] | None) -> Callable[[Any], str | None] | None:
+    if inner is None:
+        return None
+
+    def check(value: Any) -> str | None:
+        if not isinstance(value, list | tuple):
+            return None
+        for item in value:
+            lost = None if item is None else inner(item)
+            if lost:
+                return f"an item: {lost}"
+        return None
+
+    return check
 
 
 def _float32_loss(value: Any) -> str | None:

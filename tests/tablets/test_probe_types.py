@@ -229,3 +229,40 @@ def test_the_cli_gives_one_error_line(lake: Lake, conn: merkle.Connection) -> No
         assert lines[0].startswith("error: "), result.stderr
         assert "field 'ts'" in lines[0]
         assert "to_arrow" in lines[0]
+
+
+def test_a_nested_field_that_cannot_hold_a_value_advises_what_works(
+    conn: merkle.Connection,
+) -> None:
+    """The advice was to widen the field, which alter_schema refuses for a struct."""
+    schema = pa.schema([pa.field("k", pa.int64()), pa.field("o", pa.struct([("a", pa.int64())]))])
+    db = conn.create_db("nested").create_table("t", key="k", schema=schema).commit()
+    with pytest.raises(SchemaError) as raised:
+        db.write("t", [{"k": 1, "o": {"a": 1, "b": "x"}}]).commit()
+    message = str(raised.value)
+    assert "widen" not in message
+    assert "free=['o']" in message
+    db.alter_schema("t", free=["o"]).write("t", [{"k": 1, "o": {"a": 1, "b": "x"}}]).commit()
+    assert conn.open_db("nested").get_records("t", [1])[1]["o"] == {"a": 1, "b": "x"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "value"),
+    [
+        (pa.struct([("a", pa.int64())]), {"a": 1, "b": "x"}),
+        (pa.list_(pa.struct([("a", pa.int64())])), [{"a": 1}, {"a": 2, "b": "x"}]),
+        (pa.struct([("s", pa.struct([("a", pa.int64())]))]), {"s": {"a": 1, "b": 2}}),
+        (pa.list_(pa.float32()), [0.5, 0.1]),
+    ],
+    ids=["struct", "list-of-struct", "struct-in-struct", "list-of-float32"],
+)
+def test_a_record_member_a_nested_field_would_drop_is_refused(
+    conn: merkle.Connection, kind: pa.DataType, value: object
+) -> None:
+    """pyarrow drops a dict member a struct type does not name, without a word: a record
+    write stored {'a': 1} for {'a': 1, 'b': 'x'} (the same data as Arrow was refused)."""
+    schema = pa.schema([pa.field("k", pa.int64()), pa.field("o", kind)])
+    db = conn.create_db("nested").create_table("t", key="k", schema=schema).commit()
+    with pytest.raises(SchemaError, match="field 'o'"):
+        db.write("t", [{"k": 1, "o": value}]).commit()
+    assert conn.open_db("nested").to_arrow("t").num_rows == 0
