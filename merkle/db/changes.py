@@ -251,17 +251,20 @@ def upserted_records(
         listed = as_rows(rows, key, "this table")
         incoming = [dict(r) for r in listed] if isinstance(listed, list) else listed.to_pylist()
     current = _current(table, [key.key_of(r) for r in incoming])
-    out = []
+    # Rows are applied in order: a later row of the same key sees (and its condition
+    # tests) the record as the earlier rows left it, and one record per key is written.
+    out: dict[Any, dict[str, Any]] = {}
     for record in incoming:
-        old = current.get(_normal(table, key.key_of(record)))
+        normal = _normal(table, key.key_of(record))
+        old = current.get(normal)
         if old is None:
             if not_matched == "insert":
-                out.append(record)
+                current[normal] = out[normal] = record
             continue
-        if matched == "skip" or (condition is not None and not condition(old, record)):
+        if matched == "skip" or (condition is not None and not condition(dict(old), record)):
             continue
-        out.append(record if matched == "replace" else _merged(old, record))
-    return out
+        current[normal] = out[normal] = record if matched == "replace" else _merged(old, record)
+    return list(out.values())
 
 
 def deleted_keys(table: Table, predicate: Any) -> list[Any]:

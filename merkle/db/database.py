@@ -33,6 +33,7 @@ from merkle.db.staging import StagedBlocks
 from merkle.db.tableinfo import describe_table, list_tablets, read_stray_tablet
 from merkle.db.tablestate import TableChange as _Change
 from merkle.db.tablestate import TableState as _TableState
+from merkle.db.tablestate import known_fields
 from merkle.errors import ConflictError, NotFoundError, UsageError
 from merkle.lazy import LazyModule
 from merkle.refs import JournalConflictError, JournalEntry
@@ -301,9 +302,12 @@ class Database(RecordOps):
         (``{name: type}``: int32 -> int64, float32 -> float64, ...), make fields
         ``nullable``, or make them ``free`` (schema-free). The rules are in
         doc/api.md, "Schemas"; breaking one is a SchemaError."""
+        from merkle.db.inputs import check_renames, check_schema_change
         from merkle.tablets.evolve import SchemaChange
 
+        check_renames(rename, name)
         change = SchemaChange.of(add, drop, rename, widen, nullable, free)
+        check_schema_change(change, name)
         return self._alter_schema(name, change)
 
     def _alter_schema(self, name: str, change: SchemaChange) -> Database:
@@ -328,10 +332,15 @@ class Database(RecordOps):
     ) -> Database:
         """Upsert whole records: dicts holding the key field, a mapping key -> dict, Arrow,
         or a DataFrame (pandas, Polars, anything with ``__arrow_c_stream__``)."""
-        return self._upsert(table, records, lambda uid, rows: db_ops.Write(table, uid, rows))
+        return self._upsert(
+            table, records, lambda uid, rows, known: db_ops.Write(table, uid, rows, known)
+        )
 
     def _upsert(
-        self, table: str, records: Any, op: Callable[[str, pa.Table], db_ops.Op]
+        self,
+        table: str,
+        records: Any,
+        op: Callable[[str, pa.Table, frozenset[str] | None], db_ops.Op],
     ) -> Database:
         state = self._state(table)
         rows_in = as_rows(records, state.table.key, table)  # names the record at fault
@@ -339,12 +348,18 @@ class Database(RecordOps):
             current, rows = state.table.prepare_rows(rows_in)
         except UsageError as exc:
             raise type(exc)(f"table {table!r}: {exc}") from None
-        if not rows.num_rows:
-            return self
+        if not rows.num_rows and current.root == state.table.root:
+            return self  # no record, and the table's codec and schema are as they were
+        # Zero rows that chose the codec or schema (an empty Arrow table written to a table
+        # never written) are still a write: they set the schema, as declaring it would.
         change = _Change(upserts=sort_rows(rows, current.root.key_field, current.spec.codec))
         new_state = _TableState(current, (*state.changes, change))
-        # The op keeps the rows as the user's table (a replay writes them again).
-        return self._with_table(table, new_state, op(current.root.uid, current.present(rows)))
+        # The op keeps the rows as the user's table (a replay writes them again), and the
+        # fields the table had, so a replay can tell a field dropped meanwhile from a new one.
+        known = known_fields(state.table)
+        return self._with_table(
+            table, new_state, op(current.root.uid, current.present(rows), known)
+        )
 
     def delete(self, table: str, keys: Iterable[Any]) -> Database:
         """Remove records by key; keys that do not exist are fine (a blind delete)."""
@@ -368,66 +383,6 @@ class Database(RecordOps):
         self, table: Table, rows: pa.Table, fields: Sequence[str] | None
     ) -> list[dict[str, Any]]:
         return table.records(rows, fields)
-
-    def get_records(
-        self, table: str, keys: Iterable[Any], fields: Sequence[str] | None = None
-    ) -> dict[Any, dict[str, Any]]:
-        """``{key: record}`` for the keys that exist (with the key field and ``fields``)."""
-        fields = check_fields(fields)
-        keys = check_keys(keys, table)
-        current = self._table(table)
-        rows = current.get(keys, fields)
-        key_of = current.key.key_of
-        return {key_of(rec): rec for rec in self._records(current, rows, fields)}
-
-    def get_arrow(
-        self, table: str, keys: Iterable[Any], fields: Sequence[str] | None = None
-    ) -> pa.Table:
-        """The records of the keys that exist as one Arrow table, in key order and the
-        schema's types (``to_arrow``'s columns): a batch lookup without a Python object
-        per value."""
-        fields = check_fields(fields)
-        keys = check_keys(keys, table)
-        return self._table(table).get_arrow(keys, fields)
-
-    def scan(
-        self,
-        table: str,
-        fields: Sequence[str] | None = None,
-        from_pk: Any = None,
-        to_pk: Any = None,
-        from_index: int | None = None,
-        to_index: int | None = None,
-        offset: int | None = None,
-        limit: int | None = None,
-        reverse: bool = False,
-    ) -> Iterator[dict[str, Any]]:
-        """Records in key order (``reverse``: descending); bounds are inclusive."""
-        fields = check_fields(fields)
-        current = self._table(table)
-        batches = current.scan(
-            fields=fields,
-            from_pk=from_pk,
-            to_pk=to_pk,
-            from_index=from_index,
-            to_index=to_index,
-            offset=offset,
-            limit=limit,
-            reverse=reverse,
-        )
-        return (rec for batch in batches for rec in self._records(current, batch, fields))
-
-    def to_arrow(
-        self,
-        table: str,
-        fields: Sequence[str] | None = None,
-        from_pk: Any = None,
-        to_pk: Any = None,
-    ) -> pa.Table:
-        """The table (or a key range of it) as one Arrow table, in key order."""
-        return self._table(table).to_arrow(
-            fields=check_fields(fields), from_pk=from_pk, to_pk=to_pk
-        )
 
     # -- tablets -------------------------------------------------------------------
 

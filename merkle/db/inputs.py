@@ -11,22 +11,29 @@ not data and is dropped.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from merkle.blocks.codec import encode_node
-from merkle.errors import UsageError
+from merkle.errors import SchemaError, UsageError
 from merkle.tablets.conform import KeyLayout
+
+if TYPE_CHECKING:
+    from merkle.tablets.evolve import SchemaChange
 
 __all__ = [
     "as_rows",
     "check_fields",
     "check_key_fields",
     "check_keys",
+    "check_known_fields",
     "check_metadata",
+    "check_resolved",
+    "check_schema_change",
     "check_table_name",
     "is_arrow_like",
+    "once_readable",
 ]
 
 
@@ -65,6 +72,16 @@ def as_arrow(data: Any) -> pa.Table | pa.RecordBatch:
                     f"cannot read {type(data).__name__} as Arrow data: {exc}"
                 ) from None
     return table.replace_schema_metadata(None)
+
+
+def once_readable(data: Any) -> Any:
+    """``data`` in a form that can be read more than once: Arrow-like data as a pyarrow
+    Table or RecordBatch, an iterator of records as a list; anything else as it is."""
+    if is_arrow_like(data):
+        return as_arrow(data)
+    if isinstance(data, Mapping | str | bytes | Sequence) or not isinstance(data, Iterable):
+        return data
+    return list(data)
 
 
 def as_rows(
@@ -137,6 +154,27 @@ def check_fields(fields: Sequence[str] | None) -> list[str] | None:
     return out
 
 
+def check_known_fields(
+    fields: Sequence[str] | None, schema: pa.Schema | None, table: str
+) -> list[str] | None:
+    """``fields`` (as :func:`check_fields`), each a field of ``schema``: a read naming a
+    field the table does not have is a UsageError, not records that seem to lack it.
+
+    Without a schema (a table from before schemas, or one never written) the names
+    are not checked: there is no list of fields to check them against.
+    """
+    out = check_fields(fields)
+    if out is None or schema is None:
+        return out
+    unknown = [name for name in out if name not in schema.names]
+    if unknown:
+        raise UsageError(
+            f"table {table!r} has no field {unknown[0]!r}; its fields: "
+            f"{', '.join(schema.names)}: read only fields the table has (fields=None reads all)"
+        )
+    return out
+
+
 def check_keys(keys: Any, table: str) -> list[Any]:
     """A list of keys; a single string or bytes is a UsageError (it is not a list of keys)."""
     if isinstance(keys, str | bytes | bytearray) or not isinstance(keys, Iterable):
@@ -177,3 +215,79 @@ def check_key_fields(key: Any, table: str) -> str | tuple[str, ...]:
     raise UsageError(
         f"key of table {table!r} must be a field name or a list of field names, got {key!r}"
     )
+
+
+def check_renames(rename: Any, table: str) -> None:
+    """``alter_schema``'s ``rename``: a mapping of field names to non-empty new names."""
+    if rename is None:
+        return
+    if not isinstance(rename, Mapping):
+        raise SchemaError(
+            f"table {table!r}: rename takes a mapping old name -> new name, "
+            f"got {type(rename).__name__}"
+        )
+    for old, new in rename.items():
+        if not isinstance(new, str) or not new:
+            raise SchemaError(
+                f"table {table!r}: cannot rename {old!r} to {new!r}: a field name must be a "
+                "non-empty string"
+            )
+
+
+#: Parts of one ``alter_schema`` call that may name the same field: they do not
+#: change what the other means (a widened field made nullable, a nullable one freed).
+_COMPATIBLE = ({"widen", "nullable"}, {"nullable", "free"})
+
+
+def check_schema_change(change: SchemaChange, table: str) -> None:
+    """A SchemaError when two parts of one ``alter_schema`` call name the same field.
+
+    The parts apply in a fixed order (add, drop, rename, widen, nullable, free), so
+    ``rename={"y": "z"}, drop=["y"]`` would fail on a field the drop removed, and
+    ``widen={"a": ...}, rename={"a": "b"}`` on a field the rename moved: ambiguous
+    calls are refused whole, naming the field and both parts, instead.
+    """
+    parts: dict[str, list[str]] = {
+        "add": [f.name for f in change.add],
+        "drop": list(change.drop),
+        "rename": [*change.rename, *change.rename.values()],
+        "widen": list(change.widen),
+        "nullable": list(change.nullable),
+        "free": list(change.free),
+    }
+    seen: dict[str, str] = {}
+    for part, names in parts.items():
+        for name in dict.fromkeys(names):
+            first = seen.setdefault(name, part)
+            if first != part and {first, part} not in _COMPATIBLE:
+                raise SchemaError(
+                    f"table {table!r}: alter_schema names field {name!r} in both {first} and "
+                    f"{part}: one call changes a field in one way only; make two alter_schema "
+                    "calls, in the order you mean"
+                )
+
+
+def check_resolved(
+    chosen: Any, key: Any, layout: KeyLayout, table: str
+) -> Mapping[str, Any] | None:
+    """What a merge's ``resolve`` function returned for the conflict on ``key``: a record
+    (a mapping) of that same key, or None (delete it). Anything else is a UsageError
+    naming the table and key, instead of a TypeError or a silently ignored key."""
+    if chosen is None:
+        return None
+    if not isinstance(chosen, Mapping):
+        raise UsageError(
+            f"the merge resolver returned {type(chosen).__name__} {chosen!r} for key {key!r} "
+            f"of table {table!r}: return a record (a dict), or None to delete the record"
+        )
+    parts = (
+        dict(zip(layout.fields, key, strict=True)) if layout.composite else {layout.fields[0]: key}
+    )
+    for name, part in parts.items():
+        if name in chosen and chosen[name] != part:
+            raise UsageError(
+                f"the merge resolver returned a record with {name}={chosen[name]!r} for the "
+                f"conflict on key {key!r} of table {table!r}: a resolver cannot change the "
+                "key; return the record under its own key (or None to delete it)"
+            )
+    return chosen

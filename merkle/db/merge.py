@@ -37,6 +37,7 @@ import pyarrow as pa
 
 from merkle.db.ancestry import Lineage
 from merkle.db.diff import rekeyed, settings_changed
+from merkle.db.inputs import check_resolved
 from merkle.db.landing import land
 from merkle.db.mergeschema import fit_rows, merge_schemas
 from merkle.db.ops import Op
@@ -368,7 +369,9 @@ class _Merge:
                 taken_del = pa.concat_arrays([taken_del, gone])
             elif callable(self.resolve):
                 for conflict in merge.conflict_records(o if o.root.key_codec else t):
-                    chosen = self.resolve({"table": name, **conflict})
+                    chosen = check_resolved(
+                        self.resolve({"table": name, **conflict}), conflict["key"], o.key, name
+                    )
                     if chosen is None:
                         deletes.append(conflict["key"])
                     else:

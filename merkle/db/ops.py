@@ -6,12 +6,15 @@ another writer committed first, it re-applies them, in order, to the new
 head: blind writes commute, and for a key both wrote, this later commit wins.
 Replay is refused (``ConflictError``) when it would be wrong: a table this
 transaction changes was dropped or re-created meanwhile (its ``uid``
-differs), or a table it creates now exists.
+differs), a table it creates now exists, or a write, update or upsert sets
+a field that a concurrent commit dropped or renamed (replaying it would
+bring the old field back holding only this transaction's values, as
+``merge`` reports for the same case).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -69,6 +72,48 @@ def _replayed(table: str, db: Database, action: Callable[[], Database]) -> Datab
         ) from exc
 
 
+def _gone_fields(
+    db: Database, table: str, named: Iterable[str], known: frozenset[str] | None
+) -> list[str]:
+    """The fields of ``named`` that the table had when the operation was made (``known``)
+    and that it has no longer on ``db``: dropped or renamed by a concurrent commit."""
+    if known is None:
+        return []
+    root = db._table(table).root
+    if not root.typed or root.schema is None:
+        return []
+    have = set(root.schema.names)
+    return [name for name in dict.fromkeys(named) if name in known and name not in have]
+
+
+def _check_fields_kept(
+    db: Database, table: str, named: Iterable[str], known: frozenset[str] | None
+) -> None:
+    """ConflictError when the replayed operation sets a field the new head dropped or
+    renamed: replaying would silently re-create the old field."""
+    gone = _gone_fields(db, table, named, known)
+    if gone:
+        raise ConflictError(
+            f"field {gone[0]!r} of table {table!r} was dropped or renamed by a concurrent "
+            f"commit (database {db.name!r}, now at version {db.version}) and this "
+            "transaction changes it: replaying the change would bring the old field back; "
+            "open the database again and redo the change on the table's new schema"
+        )
+
+
+def _names_in_rows(rows: Any, non_null: bool) -> list[str]:
+    """The field names rows (Arrow, a list of dicts, or a mapping key -> dict) set;
+    with ``non_null`` only Arrow columns holding a value."""
+    if isinstance(rows, pa.Table | pa.RecordBatch):
+        return [
+            name
+            for name, column in zip(rows.column_names, rows.columns, strict=True)
+            if not non_null or column.null_count < len(column)
+        ]
+    records = rows.values() if isinstance(rows, Mapping) else rows
+    return list(dict.fromkeys(n for r in records if isinstance(r, Mapping) for n in r))
+
+
 @dataclass(frozen=True)
 class CreateTable(Op):
     table: str
@@ -102,13 +147,24 @@ class DropTable(Op):
 
 @dataclass(frozen=True)
 class Write(Op):
+    """Whole records. ``known``: the table's fields when the write was made (None: not
+    checked), to tell a field the new head dropped or renamed from a new one."""
+
     table: str
     uid: str
     rows: pa.Table
+    known: frozenset[str] | None = None
 
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
-        return _replayed(self.table, db, lambda: db.write(self.table, self.rows))
+        _check_fields_kept(db, self.table, _names_in_rows(self.rows, non_null=True), self.known)
+        rows = self.rows
+        # The rows hold every column of the schema they were made under: an empty one the
+        # new head no longer has must not re-create the field.
+        empty = _gone_fields(db, self.table, rows.column_names, self.known)
+        if empty:
+            rows = rows.drop_columns(empty)
+        return _replayed(self.table, db, lambda: db.write(self.table, rows))
 
 
 @dataclass(frozen=True)
@@ -129,9 +185,11 @@ class Update(Op):
     table: str
     uid: str
     changes: Mapping[Any, Mapping[str, Any]]
+    known: frozenset[str] | None = None  # the table's fields when made (see Write)
 
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
+        _check_fields_kept(db, self.table, _names_in_rows(self.changes, False), self.known)
         return _replayed(self.table, db, lambda: db.update(self.table, self.changes))
 
 
@@ -145,9 +203,11 @@ class Upsert(Op):
     when_matched: str
     when_not_matched: str
     condition: Callable[..., Any] | None
+    known: frozenset[str] | None = None  # the table's fields when made (see Write)
 
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
+        _check_fields_kept(db, self.table, _names_in_rows(self.rows, False), self.known)
         return _replayed(
             self.table,
             db,

@@ -1,21 +1,23 @@
-"""The record operations of a ``Database`` beyond plain writes and reads.
+"""The record operations of a ``Database`` beyond plain writes.
 
 Partial and conditional writes (``update``, ``upsert``, ``delete_where``),
 recorded as operations a rebasing commit re-runs (:mod:`merkle.db.ops`);
-streaming reads (``to_batches``), DataFrames (``to_pandas``, ``to_polars``)
-and the lazy dataset DuckDB and Polars scan (``dataset``). They are a mixin
-of :class:`~merkle.db.database.Database`, built on its table state.
+reads (``get_records``, ``get_arrow``, ``scan``, ``to_arrow``; each checks
+the fields it is asked for against the table's schema), streaming reads
+(``to_batches``), DataFrames (``to_pandas``, ``to_polars``) and the lazy
+dataset DuckDB and Polars scan (``dataset``). They are a mixin of
+:class:`~merkle.db.database.Database`, built on its table state.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from merkle.db.inputs import check_fields
-from merkle.db.tablestate import TableChange, TableState
+from merkle.db.inputs import check_keys, check_known_fields
+from merkle.db.tablestate import TableChange, TableState, known_fields
 from merkle.lazy import LazyModule
 from merkle.tablets.table import Table
 
@@ -29,26 +31,25 @@ __all__ = ["RecordOps"]
 
 
 class RecordOps:
-    """Partial and conditional writes and streaming reads (mixed into ``Database``)."""
+    """Partial and conditional writes and the reads (mixed into ``Database``)."""
 
     if TYPE_CHECKING:
 
         def _state(self, name: str) -> TableState: ...
         def _table(self, name: str) -> Table: ...
+        def _records(
+            self, table: Table, rows: pa.Table, fields: Sequence[str] | None
+        ) -> list[dict[str, Any]]: ...
         def _with_table(self, name: str, state: TableState | None, op: db_ops.Op) -> Database: ...
         def _upsert(
-            self, table: str, records: Any, op: Callable[[str, pa.Table], db_ops.Op]
+            self,
+            table: str,
+            records: Any,
+            op: Callable[[str, pa.Table, frozenset[str] | None], db_ops.Op],
         ) -> Database: ...
         def _delete(
             self, table: str, keys: Sequence[Any], op: Callable[[str], db_ops.Op]
         ) -> Database: ...
-        def to_arrow(
-            self,
-            table: str,
-            fields: Sequence[str] | None = None,
-            from_pk: Any = None,
-            to_pk: Any = None,
-        ) -> pa.Table: ...
 
     def update(self, table: str, changes: Mapping[Any, Mapping[str, Any]]) -> Database:
         """Change only the given fields of existing records: ``{key: {field: value}}``.
@@ -65,7 +66,7 @@ class RecordOps:
                 return self  # type: ignore[return-value]
             changed, patches = patched
             new_state = TableState(changed, (*state.changes, TableChange(patches=patches)))
-            op = db_ops.Update(table, changed.root.uid, dict(changes))
+            op = db_ops.Update(table, changed.root.uid, dict(changes), known_fields(state.table))
             return self._with_table(table, new_state, op)
         done = updated_rows(self._table(table), changes)
         if done is None or not len(done[1]):
@@ -75,9 +76,8 @@ class RecordOps:
             state.table.with_schema(current.root.schema) if current.root.typed else state.table
         )
         new_state = TableState(changed, (*state.changes, TableChange(upserts=rows)))
-        return self._with_table(
-            table, new_state, db_ops.Update(table, changed.root.uid, dict(changes))
-        )
+        op = db_ops.Update(table, changed.root.uid, dict(changes), known_fields(state.table))
+        return self._with_table(table, new_state, op)
 
     def upsert(
         self,
@@ -95,15 +95,21 @@ class RecordOps:
         writes it whole, "skip" leaves the record; with ``condition`` only when
         ``condition(current, new)`` is true. A record whose key does not exist
         is inserted unless ``when_not_matched`` is "skip"."""
+        state = self._state(table)
         current = self._table(table)
         from merkle.db.changes import upserted_records
+        from merkle.db.inputs import once_readable
 
+        # Read a one-shot input (a generator, a RecordBatchReader) once: the op keeps it for
+        # a replay, which must see the same rows.
+        rows = once_readable(rows)
         records = upserted_records(current, rows, when_matched, when_not_matched, condition)
+        known = known_fields(state.table)
         return self._upsert(
             table,
             records,
-            lambda uid, _: db_ops.Upsert(
-                table, uid, rows, when_matched, when_not_matched, condition
+            lambda uid, _, __: db_ops.Upsert(
+                table, uid, rows, when_matched, when_not_matched, condition, known
             ),
         )
 
@@ -115,6 +121,73 @@ class RecordOps:
 
         keys = deleted_keys(self._table(table), predicate)
         return self._delete(table, keys, lambda uid: db_ops.DeleteWhere(table, uid, predicate))
+
+    def _read_fields(
+        self, current: Table, table: str, fields: Sequence[str] | None
+    ) -> list[str] | None:
+        """The ``fields`` a read asked for, each one the table has (else a UsageError)."""
+        schema = current.root.schema if current.root.typed else None
+        return check_known_fields(fields, schema, table)
+
+    def get_records(
+        self, table: str, keys: Iterable[Any], fields: Sequence[str] | None = None
+    ) -> dict[Any, dict[str, Any]]:
+        """``{key: record}`` for the keys that exist (with the key field and ``fields``)."""
+        keys = check_keys(keys, table)
+        current = self._table(table)
+        fields = self._read_fields(current, table, fields)
+        rows = current.get(keys, fields)
+        key_of = current.key.key_of
+        return {key_of(rec): rec for rec in self._records(current, rows, fields)}
+
+    def get_arrow(
+        self, table: str, keys: Iterable[Any], fields: Sequence[str] | None = None
+    ) -> pa.Table:
+        """The records of the keys that exist as one Arrow table, in key order and the
+        schema's types (``to_arrow``'s columns): a batch lookup without a Python object
+        per value."""
+        keys = check_keys(keys, table)
+        current = self._table(table)
+        return current.get_arrow(keys, self._read_fields(current, table, fields))
+
+    def scan(
+        self,
+        table: str,
+        fields: Sequence[str] | None = None,
+        from_pk: Any = None,
+        to_pk: Any = None,
+        from_index: int | None = None,
+        to_index: int | None = None,
+        offset: int | None = None,
+        limit: int | None = None,
+        reverse: bool = False,
+    ) -> Iterator[dict[str, Any]]:
+        """Records in key order (``reverse``: descending); bounds are inclusive."""
+        current = self._table(table)
+        fields = self._read_fields(current, table, fields)
+        batches = current.scan(
+            fields=fields,
+            from_pk=from_pk,
+            to_pk=to_pk,
+            from_index=from_index,
+            to_index=to_index,
+            offset=offset,
+            limit=limit,
+            reverse=reverse,
+        )
+        return (rec for batch in batches for rec in self._records(current, batch, fields))
+
+    def to_arrow(
+        self,
+        table: str,
+        fields: Sequence[str] | None = None,
+        from_pk: Any = None,
+        to_pk: Any = None,
+    ) -> pa.Table:
+        """The table (or a key range of it) as one Arrow table, in key order."""
+        current = self._table(table)
+        fields = self._read_fields(current, table, fields)
+        return current.to_arrow(fields=fields, from_pk=from_pk, to_pk=to_pk)
 
     def to_batches(
         self,
@@ -129,7 +202,8 @@ class RecordOps:
         current = self._table(table)
         from merkle.db.streams import batch_reader, check_filter
 
-        return batch_reader(current, check_fields(fields), from_pk, to_pk, check_filter(filter))
+        fields = self._read_fields(current, table, fields)
+        return batch_reader(current, fields, from_pk, to_pk, check_filter(filter))
 
     def to_pandas(self, table: str, fields: Sequence[str] | None = None, **bounds: Any) -> Any:
         """The table as a pandas DataFrame (``merkle-db[pandas]``)."""

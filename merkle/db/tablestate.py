@@ -17,7 +17,7 @@ from merkle.tablets.patches import Patches
 from merkle.tablets.rows import SortedRows, empty_keys
 from merkle.tablets.table import Table
 
-__all__ = ["TableChange", "TableState"]
+__all__ = ["TableChange", "TableState", "known_fields"]
 
 
 @dataclass(frozen=True)
@@ -79,3 +79,13 @@ class TableState:
                     )
                 )
         return fold(contents, spec.key_field, codec)
+
+
+def known_fields(table: Table) -> frozenset[str] | None:
+    """The fields of a typed table's schema (None for a table without one): recorded with a
+    write so that its replay can tell a field a concurrent commit dropped or renamed from
+    a field the write adds (see :mod:`merkle.db.ops`)."""
+    schema = table.root.schema
+    if not table.root.typed or schema is None:
+        return None
+    return frozenset(schema.names)

@@ -71,7 +71,6 @@ def _cases() -> list[dict[str, Any]]:
         {"reverse": True},
         {"fields": ["a"]},
         {"fields": ["b", "c"], "reverse": True},
-        {"fields": ["nothing"]},
         {"fields": []},
         {"from_pk": 10, "to_pk": 20},
         {"from_pk": 11, "to_pk": 19},  # bounds between keys
