@@ -6,6 +6,7 @@ Thin layers over ``Database.diff``, ``Connection.merge``, ``Connection.tag``,
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -230,10 +231,26 @@ def pull(lake: str, db: str, as_name: str | None, version: int | None, create: b
     help="Export version N (default: the head).",
 )
 def export(db: str, file: str, version: int | None) -> None:
-    """Write a version of DB to FILE as a CAR v1 archive (root: the database root)."""
-    report = _transfer().export_car(connection(), db, file, version=version)
+    """Write a version of DB to FILE as a CAR v1 archive (root: the database root).
+
+    FILE "-" (or /dev/stdout) writes the archive to standard output, and the
+    summary line to standard error.
+    """
+    to_stdout = file == "-" or file in _STDOUT_PATHS
+    out: Any = sys.stdout.buffer if file == "-" else file
+    report = _transfer().export_car(connection(), db, out, version=version)
     size = f"{report.blocks:,} blocks, {report.bytes:,} bytes"
-    say(f"exported {db!r} to {file}: {size}, root {report.root}")
+    line = (
+        f"exported {db!r} to {'standard output' if to_stdout else file}: {size}, root {report.root}"
+    )
+    if to_stdout:
+        click.echo(line, err=True)  # standard output holds the archive
+    else:
+        say(line)
+
+
+#: Names of standard output: a summary printed there would follow the archive's bytes.
+_STDOUT_PATHS = ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
 
 
 @click.command("import")

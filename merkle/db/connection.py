@@ -232,6 +232,8 @@ class Connection:
         Versions that retention trimmed from the journal but a tag keeps are
         listed too (from the tag's copy of their entry), below the journal's.
         """
+        if limit == 0 and not isinstance(limit, bool):
+            raise UsageError("limit must be at least 1 (None lists every version)")
         entries = self.refs.history(name, limit)
         if not entries:
             raise NotFoundError(f"there is no database {name!r} in {self.uri}")

@@ -442,6 +442,17 @@ def _base(conn: Connection, ours: Database, theirs: Database, base: Any) -> Data
     raise UsageError(f"base must be a Database or a version number, got {base!r}")
 
 
+def _earlier_in_this_life(theirs: Database, ours: Database) -> bool:
+    """Whether ``theirs`` is a version of ``ours``'s database at or before it, in the life
+    ``ours`` belongs to: then an ancestor. A version from before a drop and create again
+    is not (the database may have been created from an older root since), so it is
+    merged as any other source."""
+    if theirs.name != ours.name or theirs.version > ours.version:
+        return False
+    created = ours.entry.created
+    return created is not None and theirs.version >= created
+
+
 def merge(
     conn: Connection,
     source: Database | str,
@@ -463,8 +474,8 @@ def merge(
     for _ in range(_ATTEMPTS):
         ours = conn.open_db(into)
         theirs = _open(conn, source, "source")
-        if theirs.name == ours.name and theirs.version <= ours.version:
-            return ours
+        if _earlier_in_this_life(theirs, ours):
+            return ours  # an ancestor: nothing of it is missing
         common = _base(conn, ours, theirs, base)
         if common.root == theirs.root:
             return ours  # nothing new on their side

@@ -165,7 +165,13 @@ def as_utc(when: datetime) -> datetime:
         raise UsageError(f"expected a datetime, got {type(when).__name__}")
     if when.tzinfo is None:
         return when.replace(tzinfo=UTC)
-    return when.astimezone(UTC)
+    try:
+        return when.astimezone(UTC)
+    except OverflowError:  # 0001-01-01 at +05:00, 9999-12-31T23:59 at -05:00
+        raise UsageError(
+            f"{when.isoformat()} is outside the years 1 to 9999 once in UTC: give a time "
+            "inside them"
+        ) from None
 
 
 def to_micros(when: datetime) -> int:

@@ -83,22 +83,25 @@ def _export_to(conn: Connection, root: CID, path: str) -> CarReport:
 
     So a failed export (a full disk, an error reading a block) leaves no
     truncated file under the name asked for, and an existing file there is
-    replaced only by a complete one. A path that is not a regular file (a
-    pipe, ``/dev/stdout``) is written in place: it cannot be renamed over.
+    replaced only by a complete one. A symbolic link is followed: the file it
+    names is replaced, the link stays. A path that is not a regular file (a
+    pipe, a device, ``/dev/stdout`` whatever it is redirected to) is written
+    in place: it cannot be renamed over.
     """
-    if os.path.exists(path) and not os.path.isfile(path):
+    real = os.path.realpath(path)
+    if _in_place(path, real):
         try:
             with _create(path) as handle:
                 return _write(conn, root, handle)
         except OSError as exc:  # from a write, or from the flush when it is closed
             raise _write_error(f"the CAR file {path}", exc, partial=True) from exc
-    folder = os.path.dirname(os.path.abspath(path))
-    temp = os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.partial")
+    folder = os.path.dirname(real)
+    temp = os.path.join(folder, f".{os.path.basename(real)}.{uuid.uuid4().hex[:12]}.partial")
     try:
         with _create(temp, shown=path) as handle:
             report = _write(conn, root, handle)
             os.fsync(handle.fileno())
-        os.replace(temp, path)
+        os.replace(temp, real)
     except OSError as exc:
         _remove_quietly(temp)
         raise _write_error(f"the CAR file {path}", exc) from exc
@@ -106,6 +109,17 @@ def _export_to(conn: Connection, root: CID, path: str) -> CarReport:
         _remove_quietly(temp)
         raise
     return report
+
+
+def _in_place(path: str, real: str) -> bool:
+    """Whether ``path`` is written as it is rather than through a temporary renamed over it:
+    anything under /dev or /proc (a file descriptor, a device, /dev/stdout even when it is
+    redirected to a file), and any existing path that is not a regular file."""
+    special = ("/dev/", "/proc/")
+    absolute = os.path.abspath(path)
+    if absolute.startswith(special) or real.startswith(special):
+        return True
+    return os.path.exists(real) and not os.path.isfile(real)
 
 
 def _write_error(where: str, exc: OSError, *, partial: bool = False) -> StorageError:

@@ -219,3 +219,49 @@ def test_cli_diff_of_a_composite_key_shows_the_key_fields(tmp_path: Path) -> Non
     row = json.loads(result.stdout.splitlines()[0])
     assert row["new"] == {"g": "a", "n": 1, "v": 2}
     assert row["old"] == {"g": "a", "n": 1, "v": 1}
+
+
+def test_a_merge_from_an_earlier_life_of_the_database_is_merged(conn: merkle.Connection) -> None:
+    """A version from before a drop and create again is not an ancestor of the head: the
+    merge of it returned the head unchanged, committing nothing (its rows were lost)."""
+    db = conn.create_db("s").create_table("t", key="k").commit()
+    for i in range(4):
+        db = db.write("t", [{"k": i}]).commit()  # versions 2..5: keys 0..3
+    conn.drop_db("s")
+    conn.create_db("s", root=conn.open_db("s", version=3))  # restored: keys 0, 1
+    conn.open_db("s").write("t", [{"k": 100}]).commit()
+    merged = conn.merge(conn.open_db("s", version=5), "s", base=3)
+    assert sorted(r["k"] for r in merged.scan("t")) == [0, 1, 2, 3, 100]
+    # An ancestor in the same life still merges as nothing to do.
+    head = conn.open_db("s")
+    assert conn.merge(conn.open_db("s", version=head.version - 1), "s").version == head.version
+
+
+@pytest.mark.parametrize(
+    "when",
+    [
+        "0001-01-01T00:00:00+05:00",
+        "9999-12-31T23:59:00-05:00",
+    ],
+)
+def test_a_time_outside_the_years_python_holds_once_in_utc_is_a_usage_error(
+    conn: merkle.Connection, when: str
+) -> None:
+    """open_db(at=...) raised a raw OverflowError (the CLI a traceback)."""
+    import datetime
+
+    from merkle.errors import UsageError
+
+    conn.create_db("s").commit()
+    with pytest.raises(UsageError, match="outside the years 1 to 9999"):
+        conn.open_db("s", at=datetime.datetime.fromisoformat(when))
+
+
+def test_history_with_limit_zero_is_a_usage_error(conn: merkle.Connection) -> None:
+    """It said the database did not exist."""
+    from merkle.errors import UsageError
+
+    conn.create_db("s").commit()
+    with pytest.raises(UsageError, match="limit must be at least 1"):
+        conn.history("s", limit=0)
+    assert len(conn.history("s", limit=1)) == 1

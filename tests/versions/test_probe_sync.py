@@ -206,3 +206,43 @@ def test_an_export_to_a_device_that_is_full_is_a_storage_error(shop: merkle.Conn
     full = pytest.raises(StorageError, match="the CAR file /dev/full: the disk is full")
     with open("/dev/full", "wb", buffering=0) as stream, full:
         export_car(shop, "shop", stream)
+
+
+def test_an_export_to_a_symbolic_link_replaces_the_file_it_names(
+    shop: merkle.Connection, tmp_path: Path
+) -> None:
+    """The temporary was renamed over the link itself: the link became a file and the file
+    it named kept its old contents (run on /dev/stdout, that replaced the system's link)."""
+    (tmp_path / "backups").mkdir()
+    real = tmp_path / "backups" / "real.car"
+    real.write_bytes(b"the previous export")
+    link = tmp_path / "latest.car"
+    link.symlink_to(Path("backups") / "real.car")
+    export_car(shop, "shop", link)
+    assert link.is_symlink()
+    assert real.read_bytes()[:1] != b"t"  # the new archive, not the previous bytes
+    assert import_car(shop, link, "copy").root == shop.open_db("shop").root
+
+
+@pytest.mark.parametrize("target", ["-", "/dev/stdout"])
+def test_an_export_to_standard_output_is_an_archive_alone(
+    shop: merkle.Connection, tmp_path: Path, target: str
+) -> None:
+    """The summary line followed the archive on standard output, so a piped export could not
+    be imported; '-' wrote a file named '-'."""
+    import subprocess
+    import sys
+
+    lake = shop.store.uri
+    done = subprocess.run(
+        [sys.executable, "-m", "merkle.cli.main", "--lake", lake, "export", "shop", target],
+        capture_output=True,
+        cwd=tmp_path,
+        check=True,
+        timeout=120,
+    )
+    assert "exported 'shop' to standard output" in done.stderr.decode()
+    assert not (tmp_path / "-").exists()
+    archive = tmp_path / "piped.car"
+    archive.write_bytes(done.stdout)
+    assert import_car(shop, archive, "piped").root == shop.open_db("shop").root
