@@ -315,7 +315,17 @@ def import_car(
     author: str | None = None,
 ) -> Database:
     """Create database ``db`` at version 0 from a CAR v1 file (see the module doc)."""
+    if not isinstance(path, str | os.PathLike):
+        raise UsageError(
+            f"import_car reads a CAR file by its path (twice: to check, then to store), "
+            f"not a {type(path).__name__}: save the archive to a file first"
+        )
     path = os.fspath(path)
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise UsageError(
+            f"{path} is not a regular file (a pipe, a device): an import reads its archive "
+            "twice (to check, then to store), so save it to a file first"
+        )
     head = conn.refs.head(db)
     if head is not None and not head.dropped:
         raise UsageError(f"database {db!r} already exists in {conn.uri}; import under a new name")

@@ -246,3 +246,23 @@ def test_an_export_to_standard_output_is_an_archive_alone(
     archive = tmp_path / "piped.car"
     archive.write_bytes(done.stdout)
     assert import_car(shop, archive, "piped").root == shop.open_db("shop").root
+
+
+def test_an_import_from_a_pipe_or_a_stream_says_it_needs_a_file(
+    shop: merkle.Connection, tmp_path: Path
+) -> None:
+    """A pipe said the archive 'ends before its header' (it is read twice); a BytesIO
+    raised a bare TypeError."""
+    import io
+
+    from merkle.errors import UsageError
+
+    archive = tmp_path / "shop.car"
+    export_car(shop, "shop", archive)
+    with pytest.raises(UsageError, match="save the archive to a file first"):
+        import_car(shop, io.BytesIO(archive.read_bytes()), "copy")  # type: ignore[arg-type]
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    with pytest.raises(UsageError, match="not a regular file"):
+        import_car(shop, fifo, "copy")
+    assert "copy" not in shop.list_dbs()
