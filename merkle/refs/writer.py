@@ -103,7 +103,14 @@ class WriterSession:
 
     @contextlib.contextmanager
     def hold(self, db: str | None = None) -> Iterator[WriterTicket]:
-        """A valid writer lease and the GC lock generation, for one commit."""
+        """A valid writer lease and the GC lock generation, for one commit.
+
+        A new lease is acquired outside the session's lock: acquiring waits
+        while a collection holds the GC lock, and the commits of other threads
+        of this connection, and the thread renewing their lease, must not wait
+        behind it (they did, so the collection waited for their leases to
+        lapse, and their commits then failed).
+        """
         with self._lock:
             if self._closed:
                 raise RuntimeError("the connection is closed")
@@ -118,11 +125,12 @@ class WriterSession:
                 # gone on without it, so this commit starts under a new one.
                 self._retire(lease)
                 lease = None
-            if lease is None:
-                lease = self._lease = self.leases.acquire_writer(self.ttl, db=db)
-                generation = lease.gc_generation
-            self._uses[lease.id] = self._uses.get(lease.id, 0) + 1
-            self._ensure_thread()
+            if lease is not None:
+                self._uses[lease.id] = self._uses.get(lease.id, 0) + 1
+                self._ensure_thread()
+        if lease is None:
+            lease = self._acquire(db)
+            generation = lease.gc_generation
         try:
             yield WriterTicket(lease, generation, renewed=lambda: self._newest(lease))
         finally:
@@ -134,6 +142,26 @@ class WriterSession:
                     retired = self._retired.pop(lease.id, None)
                     if retired is not None:
                         self._release_quietly(retired)
+
+    def _acquire(self, db: str | None) -> Lease:
+        """A new writer lease for one commit, counted as in use (see :meth:`hold`).
+
+        It becomes the session's lease unless another thread installed one
+        meanwhile; then it serves this commit alone, as a retired lease does
+        (renewed while used, released after).
+        """
+        lease = self.leases.acquire_writer(self.ttl, db=db)
+        with self._lock:
+            if self._closed:
+                self._release_quietly(lease)
+                raise RuntimeError("the connection is closed")
+            if self._lease is None:
+                self._lease = lease
+            else:
+                self._retired[lease.id] = lease
+            self._uses[lease.id] = 1
+            self._ensure_thread()
+        return lease
 
     def _newest(self, lease: Lease) -> Lease:
         """``lease`` as the renewing thread last renewed it (still handed out or retired)."""
