@@ -24,7 +24,13 @@ import pyarrow as pa
 
 from merkle.errors import SchemaError, UsageError
 from merkle.lazy import compute as pc
-from merkle.tablets.dicts import check_fits, has_dictionary, restore_fitting
+from merkle.tablets.dicts import (
+    check_fits,
+    declarable_type,
+    decoded_values,
+    has_dictionary,
+    restore_fitting,
+)
 from merkle.tablets.fits import loss_check
 from merkle.tablets.freeform import in_micros, python_values
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
@@ -116,7 +122,7 @@ def fit_column(
     if source == target:
         return column
     if pa.types.is_dictionary(source):
-        column = column.cast(source.value_type)
+        column = decoded_values(column)  # no cast kernel for some (string_view: Polars)
         source = column.type
         if source == target:
             return column
@@ -335,7 +341,8 @@ def conform_arrow(
         elif pa.types.is_null(field.type):
             continue  # no type to learn yet
         else:
-            target = pa.field(name, field.type, nullable=True, metadata=field.metadata)
+            kind = declarable_type(field.type)
+            target = pa.field(name, kind, nullable=True, metadata=field.metadata)
             new_fields.append(target)
         if is_free(target):
             if is_cbor_field(field):

@@ -26,7 +26,14 @@ import pyarrow as pa
 from merkle.errors import SchemaError
 from merkle.lazy import compute as pc
 
-__all__ = ["check_fits", "has_dictionary", "index_capacity", "restore_fitting"]
+__all__ = [
+    "check_fits",
+    "declarable_type",
+    "decoded_values",
+    "has_dictionary",
+    "index_capacity",
+    "restore_fitting",
+]
 
 
 @functools.lru_cache(maxsize=256)
@@ -110,3 +117,24 @@ def restore_fitting(
         # A cast of a sliced list casts all its child values: copy just the slice's.
         pieces = [pa.concat_arrays([piece]) for piece in pieces]
     return [part for piece in pieces for part in restore_fitting(name, piece, kind, restore)]
+
+
+def declarable_type(kind: pa.DataType) -> pa.DataType:
+    """The type a new field takes from data of ``kind``: Arrow cannot build a dictionary of
+    views (Polars' categoricals), so such a field is a dictionary of strings or bytes."""
+    if pa.types.is_dictionary(kind) and str(kind.value_type) in ("string_view", "binary_view"):
+        plain = pa.string() if str(kind.value_type) == "string_view" else pa.binary()
+        return pa.dictionary(kind.index_type, plain, kind.ordered)
+    return kind
+
+
+def decoded_values(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A dictionary column's values: Arrow has no cast or take kernel for dictionaries of
+    views (Polars' categoricals are dictionary<string_view>), so those decode as strings."""
+    try:
+        return column.cast(column.type.value_type)
+    except pa.ArrowNotImplementedError:
+        plain = pa.string() if str(column.type.value_type) == "string_view" else pa.binary()
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        decoded = [chunk.dictionary.cast(plain).take(chunk.indices) for chunk in chunks]
+        return pa.chunked_array(decoded, type=plain)

@@ -266,3 +266,16 @@ def test_a_record_member_a_nested_field_would_drop_is_refused(
     with pytest.raises(SchemaError, match="field 'o'"):
         db.write("t", [{"k": 1, "o": value}]).commit()
     assert conn.open_db("nested").to_arrow("t").num_rows == 0
+
+
+def test_a_dictionary_of_string_views_is_written_and_read(conn: merkle.Connection) -> None:
+    """Polars exports a Categorical as dictionary<string_view>, for which Arrow has no cast
+    kernel: the write raised a raw ArrowNotImplementedError."""
+    values = pa.array(["x", "y"], pa.string_view())
+    column = pa.DictionaryArray.from_arrays(pa.array([0, 1, 0], pa.uint32()), values)
+    rows = pa.table({"k": pa.array([1, 2, 3], pa.int64()), "c": column})
+    db = conn.create_db("views").create_table("t", key="k").write("t", rows).commit()
+    read = db.to_arrow("t")
+    assert read.column("c").type == pa.dictionary(pa.uint32(), pa.string())
+    assert read.column("c").to_pylist() == ["x", "y", "x"]
+    assert [r["c"] for r in conn.open_db("views").scan("t")] == ["x", "y", "x"]
