@@ -13,6 +13,7 @@ holds no control character or backslash.
 from __future__ import annotations
 
 import builtins
+import errno
 import importlib
 import itertools
 import os
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
 __all__ = [
+    "NO_SPACE",
     "ObjectInfo",
     "ObjectStore",
     "check_data",
@@ -42,6 +44,10 @@ __all__ = [
     "register_scheme",
     "supported_schemes",
 ]
+
+
+#: The errors of a write that found no room: a full disk, or the user's quota used up.
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 @dataclass(frozen=True, slots=True)

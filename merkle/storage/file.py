@@ -24,6 +24,7 @@ from urllib.parse import SplitResult, unquote
 
 from merkle.errors import NotFoundError, StorageError, UsageError
 from merkle.storage.base import (
+    NO_SPACE,
     ObjectInfo,
     ObjectStore,
     check_data,
@@ -37,8 +38,6 @@ __all__ = ["FileStore"]
 _TMP_PREFIX = ".tmp-"
 #: The name of a temporary file this store writes (a uuid4 in hex after the prefix).
 _TMP_NAME = re.compile(re.escape(_TMP_PREFIX) + "[0-9a-f]{32}")
-#: The errors of a write that found no room: a full disk, or the user's quota used up.
-_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -249,7 +248,7 @@ class FileStore(ObjectStore):
 
         Built only on the error path, so a successful write pays nothing for it.
         """
-        if isinstance(exc, OSError) and exc.errno in _NO_SPACE:
+        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
             what = "full" if exc.errno == errno.ENOSPC else "over its quota"
             return StorageError(
                 f"cannot write {key!r} to {self.uri}: the disk holding {self.root} is {what} "

@@ -16,7 +16,6 @@ commit version 0 of a new database. A refused file stores nothing.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import uuid
 from collections.abc import Iterator
@@ -31,6 +30,7 @@ from merkle.db.dbroot import DbRoot
 from merkle.db.landing import land
 from merkle.errors import IntegrityError, StorageError, UsageError
 from merkle.refs import JournalEntry, WriterTicket
+from merkle.storage.base import NO_SPACE
 
 if TYPE_CHECKING:
     from merkle.db.connection import Connection
@@ -39,8 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["CarReport", "export_car", "import_car", "read_car"]
 
 _BATCH = 64
-#: The errors of a write that found no room: a full disk, or the user's quota used up.
-_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 #: A section longer than this is refused before it is read (blocks are far smaller).
 _MAX_SECTION = 1 << 31
 
@@ -134,7 +132,7 @@ def _write_error(where: str, exc: OSError, *, partial: bool = False) -> StorageE
         if partial
         else "no file was left under that name (a file already there is unchanged)"
     )
-    if exc.errno in _NO_SPACE:
+    if exc.errno in NO_SPACE:
         return StorageError(
             f"cannot write {where}: the disk is full ({exc.strerror or exc}); {left}. Free "
             "some space there, or export to another disk"
@@ -163,7 +161,7 @@ def _create(path: str, *, shown: str | None = None) -> IO[bytes]:
             "create it first, or name a file in an existing folder"
         ) from None
     except OSError as exc:
-        if exc.errno in _NO_SPACE:
+        if exc.errno in NO_SPACE:
             raise _write_error(f"the CAR file {name}", exc) from exc
         raise UsageError(
             f"cannot write the CAR file {name}: {exc.strerror or exc}; name a file you may write"

@@ -6,7 +6,6 @@ import multiprocessing
 import os
 import signal
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +19,6 @@ from .workers import big_object, overwrite_until_stalled, race_put_if_absent
 
 SPAWN = multiprocessing.get_context("spawn")
 CHILD_TIMEOUT = 120  # seconds: a bound on a hung child, not a performance threshold
-
-
-@pytest.fixture
-def file_store(tmp_path: Path) -> Iterator[FileStore]:
-    store = open_store(tmp_path / "lake")
-    assert isinstance(store, FileStore)
-    yield store
-    store.close()
 
 
 def hidden_files(root: str) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,14 +18,6 @@ from merkle.storage import open_store
 from merkle.storage.file import FileStore
 
 from .test_file_store import hidden_files
-
-
-@pytest.fixture
-def file_store(tmp_path: Path) -> Iterator[FileStore]:
-    store = open_store(tmp_path / "lake")
-    assert isinstance(store, FileStore)
-    yield store
-    store.close()
 
 
 def _failing_writes(
