@@ -47,7 +47,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from merkle.blocks.cid import CID
-from merkle.errors import NotFoundError, StorageError
+from merkle.errors import StorageError
 from merkle.gc.fanout import Fanout, Progress
 from merkle.gc.mark import Marker
 from merkle.gc.policy import Policy, Retention, load_policy, parse_duration
@@ -469,21 +469,14 @@ def _remove_temporaries(run: _Run) -> None:
     """Remove crash leftovers older than the grace period and :data:`TEMPORARY_MIN_AGE`.
 
     Their ages are modification times, set by the storage's clock (the file
-    server's, S3's), so they are measured against that clock, read from an
-    object written just now (:func:`storage_now`): a collector whose own
-    clock runs ahead must not take a write in flight for an old leftover.
+    server's, S3's), so they are measured against that clock as read before
+    the lock was taken (``run.storage_clock``; an earlier now only makes them
+    look younger): a collector whose own clock runs ahead must not take a
+    write in flight for an old leftover.
     """
     store, report = run.conn.store, run.report
     age = max(run.policy.grace.total_seconds(), TEMPORARY_MIN_AGE)
-    try:
-        now = storage_now(store, run.conn.leases.timing.now())
-    except (StorageError, NotFoundError) as exc:
-        report.notes.append(
-            f"leftover temporary files were not removed: the storage's clock could not be "
-            f"read from {CLOCK_KEY!r} ({exc}); the next collection tries again"
-        )
-        return
-    temporaries, temporary_bytes = store.remove_stale_temporaries(now - age)
+    temporaries, temporary_bytes = store.remove_stale_temporaries(run.storage_clock - age)
     report.temporaries_removed = temporaries
     report.temporary_bytes_removed = temporary_bytes
 
