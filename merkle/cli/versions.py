@@ -7,7 +7,7 @@ Thin layers over ``Database.diff``, ``Connection.merge``, ``Connection.tag``,
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -21,6 +21,9 @@ from merkle.cli.common import (
     say,
 )
 from merkle.cli.output import emit_rows, format_option
+
+if TYPE_CHECKING:
+    from merkle.refs.tags import Tag
 
 __all__ = ["COMMANDS", "diff", "export", "import_", "merge", "pull", "push", "tag"]
 
@@ -130,10 +133,18 @@ def merge(
 def tag(args: tuple[str, ...], version: int | None, message: str | None, fmt: str | None) -> None:
     """Tag a version: `tag DB NAME [--version N]`, `tag list DB`, `tag delete DB NAME`.
 
-    A tagged version is never trimmed or collected, whatever the retention.
+    A tagged version is never trimmed or collected, whatever the retention. A
+    database named `list`, `delete` or `create` is tagged with the explicit
+    form `tag create DB NAME`.
     """
     conn = connection()
-    if args[0] == "list" and len(args) == 2:
+    verb = args[0] if len(args) >= 2 and args[0] in _TAG_VERBS else None
+    if verb in ("list", "delete") and (version is not None or message is not None):
+        raise click.UsageError(
+            f"`tag {verb}` takes no --version or -m; to tag a database named {verb!r}, "
+            f"use `merkle tag create {verb} {' '.join(args[1:])}`"
+        )
+    if verb == "list" and len(args) == 2:
         rows = [
             {
                 "name": t.name,
@@ -142,20 +153,36 @@ def tag(args: tuple[str, ...], version: int | None, message: str | None, fmt: st
                 "message": t.message,
                 "root": t.root,
             }
-            for t in conn.tags(args[1])
+            for t in _tags_of(conn, args[1])
         ]
         emit_rows(rows, fmt, columns=["name", "version", "time", "message", "root"])
-    elif args[0] == "delete" and len(args) == 3:
+    elif verb == "delete" and len(args) == 3:
         gone = conn.delete_tag(args[1], args[2])
         what = "its object was damaged" if gone is None else f"version {gone.version}"
         say(f"deleted tag {args[2]!r} ({what}) of {args[1]!r}")
-    elif len(args) == 2:
-        made = conn.tag(args[0], args[1], version, message=message)
-        say(f"tagged version {made.version} of {args[0]!r} as {made.name!r}")
+    elif len(args) == 2 or (verb == "create" and len(args) == 3):
+        db, name = args[-2:]
+        made = conn.tag(db, name, version, message=message)
+        say(f"tagged version {made.version} of {db!r} as {made.name!r}")
     else:
         raise click.UsageError(
-            "use `tag DB NAME [--version N]`, `tag list DB` or `tag delete DB NAME`"
+            "use `tag DB NAME [--version N]` (or `tag create DB NAME`), `tag list DB` "
+            "or `tag delete DB NAME`"
         )
+
+
+_TAG_VERBS = ("list", "delete", "create")
+
+
+def _tags_of(conn: merkle.Connection, db: str) -> list[Tag]:
+    """The tags of ``db``; when there is no such database but one named ``list`` exists,
+    the error says how to tag that one instead."""
+    try:
+        return conn.tags(db)
+    except merkle.errors.NotFoundError as exc:
+        if "list" in conn.list_dbs():
+            exc.add_note(f"to tag database 'list' as {db!r}, use `merkle tag create list {db}`")
+        raise
 
 
 def _other_lake(uri: str, create: bool) -> merkle.Connection:

@@ -525,8 +525,15 @@ class Connection:
         return made
 
     def tags(self, db: str) -> list[Tag]:
-        """The tags of ``db``, sorted by name (``.name .version .root .time``)."""
-        return self.tag_refs.list(db)
+        """The tags of ``db``, sorted by name (``.name .version .root .time``).
+
+        NotFoundError for a name no database ever had, so that a mistyped name is not
+        taken for a database without tags.
+        """
+        found = self.tag_refs.list(db)
+        if not found:
+            self.refs.history(db, 1)  # NotFoundError for a database that never existed
+        return found
 
     def delete_tag(self, db: str, name: str) -> Tag | None:
         """Remove a tag; the tag removed (None when its object was damaged: it is removed

@@ -83,6 +83,27 @@ def test_tags(run: Run, tmp_path: Path) -> None:
     assert run("tag", "shop").exit_code == 2
 
 
+def test_databases_named_like_tag_verbs_can_be_tagged(run: Run) -> None:
+    """`tag list v1 -m msg` once listed the tags of `v1` and dropped the message: a
+    database named `list`, `delete` or `create` could not be tagged from the CLI."""
+    for name in ("list", "delete", "create"):
+        run.ok("db", "create", name)
+    misuse = run("tag", "list", "v1", "-m", "first")  # a usage error, as click's own
+    assert misuse.exit_code == 2
+    assert "`merkle tag create list v1`" in misuse.output
+    line = run.fails("tag", "list", "v1")
+    assert "'v1' does not exist" in line
+    assert "`merkle tag create list v1`" in line
+    assert "tagged version 0 of 'list' as 'v1'" in run.ok("tag", "create", "list", "v1").stdout
+    run.ok("tag", "create", "delete", "d1", "--version", "0")
+    assert "tagged version 0 of 'create' as 'c1'" in run.ok("tag", "create", "c1").stdout
+    assert [t["name"] for t in _jsonl(run.ok("tag", "list", "list", "-f", "jsonl").stdout)] == [
+        "v1"
+    ]
+    assert "deleted tag 'd1'" in run.ok("tag", "delete", "delete", "d1").stdout
+    assert run("tag", "delete", "list", "v1", "--version", "0").exit_code == 2
+
+
 def test_push_pull_export_import(run: Run, tmp_path: Path, conn: merkle.Connection) -> None:
     _setup(run, tmp_path)
     other = (tmp_path / "other").as_uri()

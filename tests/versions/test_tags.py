@@ -74,3 +74,14 @@ def test_a_damaged_tag_is_an_integrity_error(conn: merkle.Connection) -> None:
     assert conn.delete_tag("shop", "t1") is None
     assert conn.tags("shop") == []
     assert merkle.verify(conn).ok
+
+
+def test_tags_of_a_database_that_never_existed_is_not_found(conn: merkle.Connection) -> None:
+    """`conn.tags("typo")` once returned [], as for a database without tags."""
+    conn.create_db("shop")
+    assert conn.tags("shop") == []
+    with pytest.raises(NotFoundError, match="'shpo' does not exist"):
+        conn.tags("shpo")
+    conn.tag("shop", "kept")
+    conn.drop_db("shop")
+    assert [t.name for t in conn.tags("shop")] == ["kept"]  # a dropped database keeps its tags
