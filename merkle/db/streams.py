@@ -78,12 +78,32 @@ def _filter(rows: pa.Table, predicate: pc.Expression) -> pa.Table:
 
 
 def to_pandas(arrow: pa.Table) -> Any:
-    """A pandas DataFrame of an Arrow table (needs ``merkle-db[pandas]``)."""
+    """A pandas DataFrame of an Arrow table (needs ``merkle-db[pandas]``).
+
+    pyarrow's default turns an integer column holding nulls into float64, which
+    rounds values past 2**53; such columns become pandas' nullable integer types
+    (``Int64``, ``UInt8``, ...) instead, so the values come back exact. Integer
+    columns without nulls stay numpy integers, as pyarrow gives them.
+    """
     try:
-        import pandas  # noqa: F401
+        import pandas
     except ImportError:
         raise UsageError("to_pandas needs pandas: pip install 'merkle-db[pandas]'") from None
-    return arrow.to_pandas()
+    nullable = [
+        i
+        for i, field in enumerate(arrow.schema)
+        if pa.types.is_integer(field.type) and arrow.column(i).null_count
+    ]
+    if not nullable:
+        return arrow.to_pandas()
+    frame = arrow.drop_columns([arrow.column_names[i] for i in nullable]).to_pandas()
+    for i in nullable:
+        column = arrow.column(i)
+        arrow_name = str(column.type)  # int8 ... uint64: pandas' Int8 ... UInt64
+        dtype = pandas.api.types.pandas_dtype(arrow_name.replace("int", "Int").replace("uI", "UI"))
+        values = column.to_pandas(types_mapper={column.type: dtype}.get)
+        frame.insert(i, arrow.column_names[i], values)
+    return frame
 
 
 def to_polars(arrow: pa.Table) -> Any:

@@ -80,6 +80,29 @@ def test_polars_scans_lazily_with_pushdown(lake: Lake, connect: Connect) -> None
     assert 1 <= len(set(_pruned(ds))) <= 2
 
 
+def test_to_pandas_keeps_integers_with_nulls_exact(conn: merkle.Connection) -> None:
+    """pyarrow's default gave an integer column holding nulls as float64: a nullable
+    Int64 written from pandas came back rounded (2**53 + 1 -> 2**53)."""
+    big = 2**53 + 1
+    frame = pd.DataFrame(
+        {
+            "id": [1, 2, 3],
+            "n": pd.array([big, None, -big], dtype="Int64"),
+            "u": pd.array([255, None, 0], dtype="UInt8"),
+            "full": [big, 2, 3],
+        }
+    )
+    db = conn.create_db("df").create_table("t", key="id").write("t", frame).commit()
+    back = db.to_pandas("t")
+    assert list(back.columns) == ["id", "n", "u", "full"]
+    assert [str(back[c].dtype) for c in back.columns] == ["int64", "Int64", "UInt8", "int64"]
+    assert back["n"].tolist()[0] == big
+    assert back["n"].tolist()[2] == -big
+    assert back["n"].isna().tolist() == [False, True, False]
+    assert back["u"].tolist()[0] == 255
+    assert back["full"].tolist() == [big, 2, 3]
+
+
 def test_dataframes_in_and_out(conn: merkle.Connection) -> None:
     """Before: db.write refused a DataFrame ("record 0 ... is a str, not a dict")."""
     db = conn.create_db("df").create_table("t", key="id")
