@@ -27,7 +27,9 @@
    newer than the start of a writer lease still live).
 7. Delete the candidates in batches; before each batch check that the lock
    is still ours and re-read each candidate's timestamp (one that is gone,
-   or was refreshed by a writer reusing it, is spared).
+   or was refreshed by a writer reusing it, is spared). Where the store
+   lists a page of objects per request (S3) and there are more candidates
+   than pages, one listing taken now re-reads them all instead.
 8. Remove expired leases and crash leftovers (temporary files older than the
    grace period and than :data:`TEMPORARY_MIN_AGE`, by the storage's clock);
    save the report under ``gc/``.
@@ -438,8 +440,12 @@ def _collect(
             report.blocks_freed, report.bytes_freed = freed, size
             report.freed = [str(cid) for cid, _ in candidates]
         return
-    deleted = run.fanout.sweep(conn, candidates, cutoff, lock, run.progress)
-    report.blocks_rechecked_spared += len(candidates) - len(deleted)
+    relist = len(candidates) > 2 * -(-len(listed) // conn.store.list_page_size)
+    found = len(candidates)
+    if relist:
+        candidates = _still_old(run, candidates, cutoff)
+    deleted = run.fanout.sweep(conn, candidates, cutoff, lock, run.progress, recheck=not relist)
+    report.blocks_rechecked_spared += found - len(deleted)
     report.blocks_freed += len(deleted)
     report.bytes_freed += sum(size for _, size in deleted)
     report.freed.extend(str(cid) for cid, _ in deleted)
@@ -448,6 +454,24 @@ def _collect(
     lock.ensure_held()
     _remove_temporaries(run)
     run.phase("cleanup")
+
+
+def _still_old(
+    run: _Run, candidates: list[tuple[CID, int]], cutoff: float
+) -> list[tuple[CID, int]]:
+    """The candidates a listing taken now still shows older than ``cutoff``.
+
+    The first listing came before the lock, and a writer at work then may
+    have refreshed a block it reused since, so every candidate's timestamp is
+    read again before it is deleted. Here that is one listing instead of one
+    ``stat`` per candidate, where the store lists a page of objects per
+    request (S3: 1,000) and there are more candidates than pages. A listing
+    taken now is as good as a ``stat`` just before each delete: the lock is
+    held and the writers that began before it have ended or been fenced
+    (step 4), and a new writer waits for the lock.
+    """
+    now = {cid.bytes: info.mtime for cid, info in run.fanout.list_blocks(run.conn)}
+    return [(cid, size) for cid, size in candidates if now.get(cid.bytes, cutoff) < cutoff]
 
 
 def _storage_clock(run: _Run) -> float:

@@ -64,15 +64,21 @@ def still_garbage(conn: Connection, batch: Candidates, cutoff: float) -> list[tu
 
 
 def sweep_batch(
-    conn: Connection, batch: Candidates, cutoff: float, ensure_held: Callable[[], None]
+    conn: Connection,
+    batch: Candidates,
+    cutoff: float,
+    ensure_held: Callable[[], None],
+    recheck: bool = True,
 ) -> list[tuple[CID, int]]:
     """Delete one batch of candidates under the lock; the ones deleted.
 
-    Checks the lock is still held, re-reads the timestamps, deletes what is
-    still garbage. Every Fanout deletes through this, batch by batch.
+    Checks the lock is still held, re-reads the timestamps (unless the
+    collection re-listed them under the lock already: ``recheck=False``),
+    deletes what is still garbage. Every Fanout deletes through this, batch
+    by batch.
     """
     ensure_held()
-    doomed = still_garbage(conn, batch, cutoff)
+    doomed = still_garbage(conn, batch, cutoff) if recheck else list(batch)
     conn.blocks.delete_many(cid for cid, _ in doomed)
     return doomed
 
@@ -118,10 +124,13 @@ class Fanout:
         cutoff: float,
         lock: GCLock,
         progress: Progress,
+        recheck: bool = True,
     ) -> list[tuple[CID, int]]:
-        """Delete the candidates still garbage, a batch at a time under the lock."""
+        """Delete the candidates still garbage, a batch at a time under the lock
+        (``recheck``: see :func:`sweep_batch`)."""
         freed: list[tuple[CID, int]] = []
         for i in range(0, len(candidates), DELETE_BATCH):
-            freed += sweep_batch(conn, candidates[i : i + DELETE_BATCH], cutoff, lock.ensure_held)
+            batch = candidates[i : i + DELETE_BATCH]
+            freed += sweep_batch(conn, batch, cutoff, lock.ensure_held, recheck)
             progress("sweep", min(i + DELETE_BATCH, len(candidates)), len(candidates))
         return freed

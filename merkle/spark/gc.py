@@ -114,7 +114,7 @@ def _list_task(lake: LakeRef, prefixes: list[str]) -> list[tuple[str, int, float
 
 
 def _sweep_task(
-    lake: LakeRef, generation: int, cutoff: float, items: list[tuple[str, int]]
+    lake: LakeRef, generation: int, cutoff: float, recheck: bool, items: list[tuple[str, int]]
 ) -> list[tuple[str, int]]:
     conn = open_lake(lake)
     timing = conn.leases.timing
@@ -125,7 +125,7 @@ def _sweep_task(
     candidates = [(CID.parse(cid), size) for cid, size in items]
     freed: list[tuple[str, int]] = []
     for i in range(0, len(candidates), DELETE_BATCH):
-        done = sweep_batch(conn, candidates[i : i + DELETE_BATCH], cutoff, ensure_held)
+        done = sweep_batch(conn, candidates[i : i + DELETE_BATCH], cutoff, ensure_held, recheck)
         freed += [(str(cid), size) for cid, size in done]
     return freed
 
@@ -188,12 +188,14 @@ class SparkFanout(Fanout):
         cutoff: float,
         lock: GCLock,
         progress: Progress,
+        recheck: bool = True,
     ) -> list[tuple[CID, int]]:
         lock.ensure_held()
         items = sorted((str(cid), size) for cid, size in candidates)
         lake, generation = self.lake, lock.generation
         freed = self._run(
-            lambda part: _sweep_task(lake, generation, cutoff, part), _split(items, self.tasks)
+            lambda part: _sweep_task(lake, generation, cutoff, recheck, part),
+            _split(items, self.tasks),
         )
         progress("sweep", len(candidates), len(candidates))
         return [(CID.parse(cid), size) for part in freed for cid, size in part]

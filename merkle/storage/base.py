@@ -155,6 +155,11 @@ class ObjectStore(ABC):
 
     #: URI scheme(s) this backend serves, set by subclasses.
     schemes: ClassVar[tuple[str, ...]] = ()
+    #: How many objects one listing request returns: listing n objects costs about
+    #: n / list_page_size requests (1 where listing pays per object, as a directory scan
+    #: that reads each file's timestamp does). Lets a caller choose between a listing
+    #: and one ``stat`` per object.
+    list_page_size: ClassVar[int] = 1
 
     @property
     @abstractmethod

@@ -85,6 +85,7 @@ class S3Store(ObjectStore):
     """
 
     schemes = ("s3",)
+    list_page_size = 1000  # ListObjectsV2's page
 
     #: Longest wait between two attempts, in seconds.
     retry_max_delay: float = 5.0
