@@ -64,7 +64,9 @@ __all__ = [
     "set_moto_mtime",
 ]
 
-FaultKind = Literal["timeout", "connection", "5xx", "slowdown", "412", "409", "403", "501"]
+FaultKind = Literal[
+    "timeout", "connection", "damaged", "5xx", "slowdown", "412", "409", "403", "501"
+]
 
 _ERROR_RESPONSES: dict[str, tuple[int, str, str]] = {
     "5xx": (500, "InternalError", "We encountered an internal error. Please try again."),
@@ -98,16 +100,20 @@ class Faults:
 
 
 class _RawBody:
-    """The smallest ``raw`` an :class:`AWSResponse` needs: a body to stream."""
+    """The smallest ``raw`` an :class:`AWSResponse` needs: a body to stream, once."""
 
     def __init__(self, body: bytes) -> None:
         self._body = body
+        self._at = 0
 
     def stream(self, *_: Any, **__: Any) -> Iterator[bytes]:
-        yield self._body
+        yield self.read()
 
-    def read(self, *_: Any, **__: Any) -> bytes:
-        return self._body
+    def read(self, amt: int | None = None, *_: Any, **__: Any) -> bytes:
+        end = len(self._body) if amt is None else self._at + amt
+        chunk = self._body[self._at : end]
+        self._at += len(chunk)
+        return chunk
 
 
 def _error_response(url: str, kind: str) -> AWSResponse:
@@ -130,7 +136,8 @@ def inject_s3_faults(
     after_send: bool = True,
     key: str | None = None,
 ) -> Iterator[Faults]:
-    """Make the next ``times`` calls of ``operation`` on ``store`` fail as ``kind``.
+    """Make the next ``times`` calls of ``operation`` on ``store`` fail as ``kind``
+    (``damaged``: the real response with one byte of its body flipped).
 
     With ``key``, only calls on that object key count (others go through).
 
@@ -140,7 +147,7 @@ def inject_s3_faults(
     reported; without it nothing is sent. Calls past ``times`` go through
     untouched. The hook is removed when the block exits.
     """
-    if kind not in ("timeout", "connection", *_ERROR_RESPONSES):
+    if kind not in ("timeout", "connection", "damaged", *_ERROR_RESPONSES):
         raise ValueError(f"unknown fault kind {kind!r}")
     if times < 0:
         raise ValueError(f"times must be >= 0, got {times}")
@@ -152,6 +159,14 @@ def inject_s3_faults(
             return None
         if not faults.take():
             return None
+        if kind == "damaged":  # the real response, one byte of its body flipped on the way
+            delivered = sender.send(request)
+            body = bytearray(delivered.content)
+            body[len(body) // 2] ^= 0x01
+            with faults._lock:
+                faults.sent += 1
+            headers = dict(delivered.headers.items())
+            return AWSResponse(request.url, delivered.status_code, headers, _RawBody(bytes(body)))
         if after_send:
             delivered = sender.send(request)
             _ = delivered.content  # read it all so the connection is released

@@ -17,7 +17,7 @@ from typing import Any
 from merkle.blocks.cache import ByteLRU
 from merkle.blocks.cid import CID, DAG_CBOR, codec_code, hash_code
 from merkle.blocks.codec import decode_node, encode_node
-from merkle.errors import NotFoundError, UsageError
+from merkle.errors import IntegrityError, NotFoundError, UsageError
 from merkle.storage.base import ObjectInfo, ObjectStore
 
 __all__ = ["BLOCK_PREFIX", "BlockStore", "MissingBlockError"]
@@ -212,11 +212,28 @@ class BlockStore:
 
     def get(self, cid: CID) -> bytes:
         """The verified bytes of a block; :class:`IntegrityError` if they do not match."""
+        return self._fetch((cid, self.key(cid)))
+
+    def _fetch(self, pair: tuple[CID, str]) -> bytes:
+        """Read and verify one block; read it once more before calling it corrupt.
+
+        Bytes damaged on the way (a network path that flips a bit, an S3 proxy)
+        are not damage at rest: a second read that verifies is the block. Only
+        a mismatch that repeats is an :class:`IntegrityError`.
+        """
+        cid, key = pair
         try:
-            data = self.store.get(self.key(cid))
+            data = self.store.get(key)
         except NotFoundError:
             raise self._missing(cid) from None
-        cid.verify(data)
+        try:
+            cid.verify(data)
+        except IntegrityError:
+            try:
+                data = self.store.get(key)
+            except NotFoundError:
+                raise self._missing(cid) from None
+            cid.verify(data)
         return data
 
     def get_node(self, cid: CID) -> Any:
@@ -232,20 +249,10 @@ class BlockStore:
         """The verified bytes of several blocks, fetched concurrently."""
         unique = list(dict.fromkeys(cids))
         keys = [self.key(cid) for cid in unique]
-
-        def fetch(pair: tuple[CID, str]) -> bytes:
-            cid, key = pair
-            try:
-                data = self.store.get(key)
-            except NotFoundError:
-                raise self._missing(cid) from None
-            cid.verify(data)
-            return data
-
         return dict(
             zip(
                 unique,
-                self.store.map_bulk(fetch, list(zip(unique, keys, strict=True))),
+                self.store.map_bulk(self._fetch, list(zip(unique, keys, strict=True))),
                 strict=True,
             )
         )

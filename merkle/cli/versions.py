@@ -18,6 +18,7 @@ from merkle.cli.common import (
     commit_options,
     connection,
     parse_fields,
+    parse_store_option,
     say,
 )
 from merkle.cli.output import emit_rows, format_option
@@ -185,12 +186,37 @@ def _tags_of(conn: merkle.Connection, db: str) -> list[Tag]:
         raise
 
 
-def _other_lake(uri: str, create: bool) -> merkle.Connection:
-    """The lake at ``uri`` (with this command's storage options); a location that holds
-    no lake is an error unless ``create`` (``--create``): a mistyped --to makes no lake."""
-    state = click.get_current_context().find_root().find_object(CliState)
-    options = dict(state.options) if state is not None else {}
+def _other_lake(uri: str, create: bool, other_options: tuple[str, ...]) -> merkle.Connection:
+    """The lake at ``uri``; a location that holds no lake is an error unless ``create``
+    (``--create``): a mistyped --to makes no lake.
+
+    Its storage options are ``--other-option``'s when given; else the lake's own
+    (``--option``) when both lakes have one scheme (two buckets on one S3
+    endpoint), and none when they differ (a file lake takes no endpoint_url).
+    """
+    if other_options:
+        options = dict(parse_store_option(text) for text in other_options)
+    else:
+        state = click.get_current_context().find_root().find_object(CliState)
+        mine = dict(state.options) if state is not None else {}
+        options = mine if _scheme(uri) == _scheme(connection().uri) else {}
     return merkle.connect(uri, create=create, **options)
+
+
+def _scheme(uri: str) -> str:
+    return uri.split("://", 1)[0].lower() if "://" in uri else "file"
+
+
+#: ``--other-option``: storage options of the other lake of a push or pull.
+other_option = click.option(
+    "--other-option",
+    "-O",
+    "other_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A storage option of the other lake (default: this lake's --option values when "
+    "both lakes have one scheme). Repeatable.",
+)
 
 
 #: ``--create``: the one way besides ``db create`` to start a lake, said in so many words.
@@ -223,10 +249,18 @@ def _progress_sync(
     help="Send only version N (default: the retained history).",
 )
 @create_option
-def push(db: str, to: str, as_name: str | None, version: int | None, create: bool) -> None:
+@other_option
+def push(
+    db: str,
+    to: str,
+    as_name: str | None,
+    version: int | None,
+    create: bool,
+    other_options: tuple[str, ...],
+) -> None:
     """Copy DB to the lake LAKE, sending only the blocks it lacks."""
     src = connection()
-    with _other_lake(to, create) as dst:
+    with _other_lake(to, create, other_options) as dst:
         _progress_sync(src, dst, db, as_name, version)
 
 
@@ -241,10 +275,18 @@ def push(db: str, to: str, as_name: str | None, version: int | None, create: boo
     help="Fetch only version N (default: the retained history).",
 )
 @create_option
-def pull(lake: str, db: str, as_name: str | None, version: int | None, create: bool) -> None:
+@other_option
+def pull(
+    lake: str,
+    db: str,
+    as_name: str | None,
+    version: int | None,
+    create: bool,
+    other_options: tuple[str, ...],
+) -> None:
     """Copy DB from the lake LAKE into this one, fetching only the blocks missing here."""
     dst = connection(create=create)
-    with merkle.connect(lake, create=False) as src:
+    with _other_lake(lake, False, other_options) as src:
         _progress_sync(src, dst, db, as_name, version)
 
 

@@ -17,13 +17,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from merkle.blocks.cid import CID
-from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
 from merkle.blocks.store import BlockStore
 from merkle.blocks.walk import missing_below
 from merkle.db.database import Database
 from merkle.db.dbroot import DbRoot
 from merkle.db.inputs import check_metadata
-from merkle.errors import ConflictError, IntegrityError, NotFoundError, StorageError, UsageError
+from merkle.db.lakeconfig import lake_config
+from merkle.db.landing import after_the_entry
+from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError
 from merkle.lazy import OnFirstUse
 from merkle.refs import JournalConflictError, JournalEntry, RefManager
 from merkle.storage.base import ObjectStore, open_store
@@ -38,46 +39,6 @@ __all__ = ["Connection", "connect"]
 
 #: Attempts of a create that a collection's fence of a dropped journal got ahead of.
 _CREATE_ATTEMPTS = 8
-
-#: The lake's settings object, written once when the lake is first used.
-CONFIG_KEY = "config"
-CONFIG_TYPE = "merkle/lake"
-#: The hashes a lake's blocks may be addressed by (chosen when the lake is made).
-LAKE_HASHES = ("blake3", "sha2-256")
-
-
-def _lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str, Any]:
-    """Read the lake's settings, creating them (with ``hash``) on a new lake if ``create``."""
-    if hash is not None and hash not in LAKE_HASHES:
-        raise UsageError(
-            f"hash={hash!r} is not a hash merkle-db stores blocks with: use one of "
-            f"{', '.join(LAKE_HASHES)} (or leave it out: an existing lake keeps its own)"
-        )
-    try:
-        node = decode_node(store.get(CONFIG_KEY))
-    except NotFoundError:
-        if not create:
-            # A location missing itself (an S3 bucket) says so in its own words (a
-            # NotFoundError from the listing); an empty or foreign one is no lake.
-            with contextlib.suppress(StorageError):
-                next(iter(store.list()), None)
-            raise NotFoundError(
-                f"there is no merkle lake at {store.uri}: check the location, or create "
-                "the lake (connect with create=True, or `merkle db create`)"
-            ) from None
-        node = {"type": CONFIG_TYPE, "v": NODE_VERSION, "hash": hash or "blake3"}
-        if not store.put_if_absent(CONFIG_KEY, encode_node(node)):
-            node = decode_node(store.get(CONFIG_KEY))  # another process created it first
-    node = check_node(node, CONFIG_TYPE, where=f"{CONFIG_KEY} in {store.uri}")
-    found = node.get("hash")
-    if found not in LAKE_HASHES:
-        raise IntegrityError(f"lake {store.uri} names an unknown hash {found!r} in {CONFIG_KEY}")
-    if hash is not None and hash != found:
-        raise UsageError(
-            f"lake {store.uri} hashes blocks with {found}; it cannot be opened with "
-            f"hash={hash!r} (the hash is chosen once, when a lake is created)"
-        )
-    return node
 
 
 def _still_kept(
@@ -118,7 +79,7 @@ class Connection:
         create: bool = True,
     ) -> None:
         self.store = store
-        config = _lake_config(store, hash, create)
+        config = lake_config(store, hash, create)
         self.hash: str = config["hash"]
         self.blocks = BlockStore(store, hash=self.hash, cache_bytes=max(1 << 20, cache_bytes // 4))
         self.tables = TableStore(self.blocks, cache_bytes=cache_bytes, workers=workers)
@@ -165,6 +126,11 @@ class Connection:
     @property
     def uri(self) -> str:
         return self.store.uri
+
+    def same_lake(self, other: Connection) -> bool:
+        """Whether ``other`` opens this lake (the same objects, not just an equal URI:
+        an S3 bucket of the same name on another endpoint is another lake)."""
+        return other is self or other.store.location == self.store.location
 
     def __repr__(self) -> str:
         return f"<merkle.Connection {self.uri}>"
@@ -406,15 +372,18 @@ class Connection:
             return self._clone(name, root, message, author)
         check_metadata(metadata, f"metadata of database {name!r}")
         node = DbRoot({}, metadata).to_node()
-        with self.writer_lease(name) as ticket:
-            cid = self.blocks.put_node(node, refresh_before=ticket.lease.start)
-            entry = self._create_entry(
-                name, lambda: self.refs.commit(name, None, str(cid), message=message, author=author)
-            )
-            raced = self._settle(ticket, entry)
-        if raced:
-            with self.writer_lease(name) as again:
-                self.blocks.put_node(node, refresh_before=again.lease.start)
+        with after_the_entry(name) as put:
+            with self.writer_lease(name) as ticket:
+                cid = self.blocks.put_node(node, refresh_before=ticket.lease.start)
+                entry = self._create_entry(
+                    name,
+                    lambda: self.refs.commit(name, None, str(cid), message=message, author=author),
+                )
+                put.append(entry)
+                raced = self._settle(ticket, entry)
+            if raced:
+                with self.writer_lease(name) as again:
+                    self.blocks.put_node(node, refresh_before=again.lease.start)
         return self._database(entry)
 
     def _create_entry(self, name: str, create: Callable[[], JournalEntry]) -> JournalEntry:
@@ -443,7 +412,7 @@ class Connection:
         have lost blocks), and a bare root CID must still reach every block.
         """
         if isinstance(root, Database):
-            if root._conn is not self and root._conn.uri != self.uri:
+            if not self.same_lake(root._conn):
                 raise UsageError("a clone must be made from a database of the same lake")
         elif not isinstance(root, str):
             raise UsageError(
@@ -452,39 +421,41 @@ class Connection:
         else:  # reject a bad root before any lease is written
             cid = CID.parse(root)
             DbRoot.from_node(self.blocks.get_node(cid), cid)
-        with self.writer_lease(name) as ticket:
-            if isinstance(root, Database):
-                self.refs.get(root.name, root.version)
-                source = root
-                entry = self._create_entry(
-                    name,
-                    lambda: self.refs.clone(
-                        source.name, name, source.version, message=message, author=author
-                    ),
-                )
-            else:
-                self._check_whole(cid)
-                entry = self._create_entry(
-                    name,
-                    lambda: self.refs.commit(
+        with after_the_entry(name) as put:
+            with self.writer_lease(name) as ticket:
+                if isinstance(root, Database):
+                    self.refs.get(root.name, root.version)
+                    source = root
+                    entry = self._create_entry(
                         name,
-                        None,
-                        str(cid),
-                        meta={"cloned_root": str(cid)},
-                        message=message,
-                        author=author,
-                    ),
-                )
-            raced = self._settle(ticket, entry)
-        if raced:
-            assert entry.root is not None
-            try:
-                self._check_whole(CID.parse(entry.root))
-            except NotFoundError:
-                # A collection went on without this (stalled) writer and removed the
-                # source's blocks after they were checked: take the clone back.
-                self.refs.drop(name, entry.version, message="clone rolled back: blocks gone")
-                raise
+                        lambda: self.refs.clone(
+                            source.name, name, source.version, message=message, author=author
+                        ),
+                    )
+                else:
+                    self._check_whole(cid)
+                    entry = self._create_entry(
+                        name,
+                        lambda: self.refs.commit(
+                            name,
+                            None,
+                            str(cid),
+                            meta={"cloned_root": str(cid)},
+                            message=message,
+                            author=author,
+                        ),
+                    )
+                put.append(entry)
+                raced = self._settle(ticket, entry)
+            if raced:
+                assert entry.root is not None
+                try:
+                    self._check_whole(CID.parse(entry.root))
+                except NotFoundError:
+                    # A collection went on without this (stalled) writer and removed the
+                    # source's blocks after they were checked: take the clone back.
+                    self.refs.drop(name, entry.version, message="clone rolled back: blocks gone")
+                    raise
         return self._database(entry)
 
     def _check_whole(self, root: CID) -> None:
@@ -568,8 +539,9 @@ class Connection:
         head = self.refs.head(name)
         if head is None or head.root is None:
             raise NotFoundError(f"there is no live database {name!r} in {self.uri} to drop")
-        with self.writer_lease(name) as ticket:
+        with after_the_entry(name) as put, self.writer_lease(name) as ticket:
             entry = self.refs.drop(name, message=message, author=author)
+            put.append(entry)
             self._settle(ticket, entry)
         return entry
 

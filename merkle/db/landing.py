@@ -10,12 +10,12 @@ blocks written early never need to be).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from merkle.blocks.cid import CID
-from merkle.errors import IntegrityError
+from merkle.errors import CommitIndeterminateError, IntegrityError, StorageError
 from merkle.refs import JournalEntry, WriterTicket
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from merkle.db.database import Database
     from merkle.db.staging import StagedBlocks
 
-__all__ = ["BlockItems", "land", "land_commit", "rewrite_after_race"]
+__all__ = ["BlockItems", "after_the_entry", "land", "land_commit", "rewrite_after_race"]
 
 #: Objects (key, bytes) that must be durable before a journal entry is put.
 BlockItems = Sequence[tuple[str, bytes]]
@@ -50,15 +50,43 @@ def land(
     names), used instead of the connection's own.
     """
     held = nullcontext(ticket) if ticket is not None else conn.writer_lease(db)
-    with held as using:
-        items = write_blocks(using, True)
-        conn.leases.ensure_valid(using.current())  # as last renewed
-        entry = put_entry() if items is None else put_entry(items)
-        raced = conn._settle(using, entry)
-    if raced:  # a collection may have removed blocks it could not see we need
-        with conn.writer_lease(db) as again:
-            _write(conn, write_blocks(again, False))
+    with after_the_entry(db) as put:
+        with held as using:
+            items = write_blocks(using, True)
+            conn.leases.ensure_valid(using.current())  # as last renewed
+            entry = put_entry() if items is None else put_entry(items)
+            put.append(entry)
+            raced = conn._settle(using, entry)
+        if raced:  # a collection may have removed blocks it could not see we need
+            with conn.writer_lease(db) as again:
+                _write(conn, write_blocks(again, False))
     return entry
+
+
+@contextmanager
+def after_the_entry(db: str) -> Iterator[list[JournalEntry]]:
+    """Around a journal put and the checks after it: once the caller has appended the
+    entry it put, a :class:`StorageError` becomes a :class:`CommitIndeterminateError`.
+
+    The entry is in the journal then, so the failure must not read as "nothing
+    happened" (a ``StorageError`` with ``definite=True`` would invite applying
+    the changes twice); but whether a garbage collection that may have run
+    meanwhile left the version whole was not checked.
+    """
+    put: list[JournalEntry] = []
+    try:
+        yield put
+    except StorageError as exc:
+        if not put:
+            raise  # nothing was put: the store's own error says whether to try again
+        entry = put[-1]
+        raise CommitIndeterminateError(
+            f"version {entry.version} of database {db!r} was put in the journal, but "
+            f"checking it against a garbage collection that may have run meanwhile failed "
+            f"({exc}); read the database's history (`merkle db log {db}`) to see whether the "
+            "version stands, and run `merkle verify`; do not apply its changes again "
+            "unless it is missing"
+        ) from exc
 
 
 def land_commit(

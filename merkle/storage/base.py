@@ -41,6 +41,7 @@ __all__ = [
     "check_range",
     "map_in_runs",
     "open_store",
+    "quote_location",
     "register_scheme",
     "supported_schemes",
 ]
@@ -165,6 +166,13 @@ class ObjectStore(ABC):
     @abstractmethod
     def uri(self) -> str:
         """The URI that re-opens this store with :func:`open_store`."""
+
+    @property
+    def location(self) -> str:
+        """What tells this store's objects apart from every other store's: two stores
+        with equal locations hold the same objects. The URI, unless options pick the
+        place too (an S3 endpoint: the same bucket name on two servers is two lakes)."""
+        return self.uri
 
     @classmethod
     @abstractmethod
@@ -417,6 +425,14 @@ def _reopen(uri: str, options: dict[str, Any]) -> ObjectStore:
     return open_store(uri, **options)
 
 
+def quote_location(path: str) -> str:
+    """``path`` as the path part of a store's URI, so that opening the URI gives ``path``
+    back: ``%`` (which the backends decode), ``?`` and ``#`` (which would end the path)
+    are percent-encoded; everything else is left as it is, so that URIs stay readable
+    (and a lake's URI, recorded in the journals of its copies, does not change)."""
+    return path.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+
+
 def open_store(uri: str | os.PathLike[str], **options: Any) -> ObjectStore:
     """Open the object store named by ``uri``.
 
@@ -436,7 +452,8 @@ def open_store(uri: str | os.PathLike[str], **options: Any) -> ObjectStore:
             raise UsageError(
                 f"malformed lake URI {uri!r}: write scheme://location, e.g. file:///data/lake"
             )
-        return _backend("file", uri).from_uri(urlsplit("file://" + os.path.abspath(uri)), options)
+        location = "file://" + quote_location(os.path.abspath(uri))
+        return _backend("file", uri).from_uri(urlsplit(location), options)
     scheme = uri.split("://", 1)[0].lower()
     if not scheme or not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum():
         raise UsageError(f"malformed lake URI {uri!r}: the scheme {scheme!r} is not valid")

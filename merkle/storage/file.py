@@ -31,6 +31,7 @@ from merkle.storage.base import (
     check_key,
     check_prefix,
     check_range,
+    quote_location,
 )
 
 __all__ = ["FileStore"]
@@ -84,6 +85,11 @@ class FileStore(ObjectStore):
                 f"malformed file URI {parts.geturl()!r}: use file:///absolute/path "
                 "(three slashes) or a plain path"
             )
+        if parts.query or parts.fragment:
+            raise UsageError(
+                f"malformed file URI {parts.geturl()!r}: no query or fragment; write a '?' "
+                "or '#' of the path as %3F or %23 (or pass a plain path)"
+            )
         path = unquote(parts.path)
         if not path or not os.path.isabs(path):
             raise UsageError(f"malformed file URI {parts.geturl()!r}: the path must be absolute")
@@ -94,7 +100,7 @@ class FileStore(ObjectStore):
 
     @property
     def uri(self) -> str:
-        return "file://" + self.root
+        return "file://" + quote_location(self.root)
 
     def reopen_options(self) -> dict[str, Any]:
         return {"fsync": self.fsync, "bulk_workers": self.bulk_workers}

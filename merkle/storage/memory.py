@@ -65,6 +65,11 @@ class MemoryStore(ObjectStore):
     def uri(self) -> str:
         return f"memory://{self._name}"
 
+    @property
+    def location(self) -> str:
+        # An unnamed store is a lake of its own: no other store holds its objects.
+        return self.uri if self._name else f"memory://<unnamed {id(self):#x}>"
+
     def __reduce__(self) -> tuple[Any, ...]:
         if self._name:
             return (_named, (self._name,))

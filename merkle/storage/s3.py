@@ -38,6 +38,7 @@ from merkle.storage.base import (
     check_key,
     check_prefix,
     check_range,
+    quote_location,
 )
 from merkle.storage.s3_client import check_bucket, check_endpoint, check_number, new_client
 from merkle.storage.s3_retry import (
@@ -168,10 +169,14 @@ class S3Store(ObjectStore):
     @property
     def uri(self) -> str:
         return (
-            f"s3://{self.bucket}/{self.prefix.rstrip('/')}"
+            f"s3://{self.bucket}/{quote_location(self.prefix.rstrip('/'))}"
             if self.prefix
             else f"s3://{self.bucket}"
         )
+
+    @property
+    def location(self) -> str:
+        return self.uri if self.endpoint_url is None else f"{self.uri} at {self.endpoint_url}"
 
     @property
     def client(self) -> Any:

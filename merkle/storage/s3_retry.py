@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
+    FlexibleChecksumError,
     HTTPClientError,
     IncompleteReadError,
 )
@@ -103,6 +104,9 @@ def classify(exc: BaseException) -> Failure:
         return Failure(retryable=True, definite=True, code=name)
     if isinstance(exc, (HTTPClientError, IncompleteReadError)):
         # Read timeout, connection closed, truncated body: the request was sent.
+        return Failure(retryable=True, definite=False, code=name)
+    if isinstance(exc, FlexibleChecksumError):
+        # A response body whose checksum does not match: damaged on the way, not at rest.
         return Failure(retryable=True, definite=False, code=name)
     if isinstance(exc, BotoCoreError):
         # Missing credentials, invalid parameters: refused before sending.

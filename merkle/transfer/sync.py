@@ -244,8 +244,7 @@ def sync(
     """
     check_db_name(db)
     target = check_db_name(as_name if as_name is not None else db)
-    same_lake = src.store is dst.store or (src.uri == dst.uri and not src.uri.endswith("://"))
-    if same_lake and target == db:
+    if src.same_lake(dst) and target == db:
         raise UsageError(f"source and destination are the same database {db!r} of {src.uri}")
     send_history = version is None if history is None else history
     report = SyncReport(db, target)

@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+from conftest import new_bucket
+
 import merkle
 
 from .helpers import Run
@@ -133,3 +136,32 @@ def test_a_table_conflict_says_that_resolving_takes_a_whole_table(run: Run, tmp_
     line = run.fails("merge", "dev", "shop")
     assert "field 'note' changed on both sides" in line
     assert "takes that side's whole table" in line
+
+
+@pytest.mark.s3
+def test_push_and_pull_between_a_file_lake_and_s3_on_an_endpoint(
+    run: Run, tmp_path: Path, moto_endpoint: str, conn: merkle.Connection
+) -> None:
+    """Before: `pull` opened the other lake with no options (a custom endpoint could not
+    be reached), and `push` gave a file lake the S3 lake's options ("unknown options for
+    file://"): a file lake and an S3 lake on an endpoint could not exchange databases."""
+    _setup(run, tmp_path)
+    bucket = new_bucket(moto_endpoint)
+    s3_lake = f"s3://{bucket}/backup"
+    endpoint = ("-O", f"endpoint_url={moto_endpoint}", "-O", "region_name=us-east-1")
+    run.ok("push", "shop", "--to", s3_lake, "--create", *endpoint)
+    with merkle.connect(
+        s3_lake, endpoint_url=moto_endpoint, region_name="us-east-1", create=False
+    ) as backup:
+        assert backup.open_db("shop").root == conn.open_db("shop").root
+    run.ok("pull", s3_lake, "shop", "--as", "restored", *endpoint)
+    assert conn.open_db("restored").root == conn.open_db("shop").root
+    # From the S3 side: its own -o options, and -O for the file lake (none needed).
+    s3_run = Run(s3_lake)
+    mine = ("-o", f"endpoint_url={moto_endpoint}", "-o", "region_name=us-east-1")
+    s3_run.ok(*mine, "pull", run.lake, "shop", "--as", "again")
+    out = s3_run.ok(*mine, "push", "again", "--to", run.lake, "--as", "round-trip").stdout
+    assert "sent" in out
+    assert conn.open_db("round-trip").root == conn.open_db("shop").root
+    # A second S3 lake on the same endpoint takes the -o options by default.
+    s3_run.ok(*mine, "push", "again", "--to", f"s3://{bucket}/second", "--create")

@@ -123,6 +123,7 @@ class FaultyStore(ObjectStore):
         bulk_workers: int = 1,
     ) -> None:
         self.inner = inner
+        self.list_page_size = inner.list_page_size  # type: ignore[misc]  # its callers' choices
         self.bulk_workers = bulk_workers
         self.threads = None if threads is None else frozenset(threads)
         self.sleep = sleep

@@ -24,7 +24,7 @@ from typing import Any
 
 import merkle
 from merkle.db.connection import Connection
-from merkle.errors import MerkleError
+from merkle.errors import MerkleError, StorageError
 from merkle.gc import journal_names
 from merkle.refs import WriterSession
 from merkle.storage import ObjectStore
@@ -43,6 +43,8 @@ class Outcome:
     foreign: list[tuple[str, str]] = field(default_factory=list)  # (step, traceback)
     skipped: list[str] = field(default_factory=list)
     completed: list[str] = field(default_factory=list)
+    #: Steps that failed with ``StorageError(definite=True)``: "nothing happened".
+    refused: list[str] = field(default_factory=list)
 
 
 def _rows(start: int, stop: int, tag: str) -> list[dict[str, Any]]:
@@ -87,6 +89,8 @@ def run_scenario(store: ObjectStore, *, gc_grace: timedelta = timedelta(0)) -> O
             body()
         except MerkleError as exc:
             out.errors.append((name, exc))
+            if isinstance(exc, StorageError) and exc.definite:
+                out.refused.append(name)
         except Exception:
             out.foreign.append((name, traceback.format_exc()))
         else:
@@ -182,10 +186,32 @@ def run_scenario(store: ObjectStore, *, gc_grace: timedelta = timedelta(0)) -> O
     return out
 
 
+#: The commit steps: the database each commits to, and its message.
+COMMITS = {
+    "load": ("shop", "load"),
+    "change": ("shop", "change"),
+    "change clone": ("copy", "clone change"),
+    "revert": ("shop", "revert"),
+}
+
+
 def check_lake(store: ObjectStore, outcome: Outcome) -> list[str]:
     """Problems a fresh connection finds (see the module doc); empty when all holds."""
     problems: list[str] = []
     with Connection(store, workers=1, create=False) as conn:
+        for name in outcome.refused:  # "surely did not happen" must be true
+            if name in COMMITS:
+                db, message = COMMITS[name]
+                landed = [e.version for e in _history(conn, db) if e.message == message]
+            elif name in ("create", "clone"):
+                landed = [e.version for e in _history(conn, "shop" if name == "create" else "copy")]
+            else:
+                continue
+            if landed:
+                problems.append(
+                    f"step {name!r} failed with a definite StorageError (nothing happened), "
+                    f"but its version {landed[0]} is in the journal"
+                )
         for (name, version), rows in sorted(outcome.acknowledged.items()):
             head = conn.refs.head(name)
             if head is not None and version <= head.version - KEEP_VERSIONS:
@@ -215,3 +241,11 @@ def check_lake(store: ObjectStore, outcome: Outcome) -> list[str]:
                 f"{where} reaches a corrupt block {cid}" for cid, where in report.corrupt
             )
     return problems
+
+
+def _history(conn: Connection, db: str) -> list[Any]:
+    """The journal entries of ``db`` (none if it has no journal)."""
+    try:
+        return conn.refs.history(db)
+    except MerkleError:
+        return []

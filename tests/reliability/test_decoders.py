@@ -33,8 +33,9 @@ from hypothesis import strategies as st
 
 from merkle.blocks.cid import CID, DAG_CBOR, RAW
 from merkle.blocks.codec import decode_node, encode_node, iter_links
-from merkle.db.connection import CONFIG_KEY, Connection
+from merkle.db.connection import Connection
 from merkle.db.dbroot import DbRoot
+from merkle.db.lakeconfig import CONFIG_KEY
 from merkle.errors import MerkleError, UsageError
 from merkle.gc.policy import POLICY_KEY, Policy, load_policy
 from merkle.gc.report import REPORT_PREFIX, load_reports

@@ -16,7 +16,7 @@ import pytest
 from conftest import new_bucket
 from s3faults import inject_s3_faults, seed_moto_objects, set_moto_mtime
 
-from merkle.errors import NotFoundError, StorageError, UsageError
+from merkle.errors import IntegrityError, NotFoundError, StorageError, UsageError
 from merkle.storage import open_store
 from merkle.storage.s3 import S3Store
 
@@ -376,3 +376,29 @@ def test_pickle_carries_endpoint_and_options_but_no_client(moto_endpoint: str, b
 def test_bad_options_are_usage_errors(options: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         open_store("s3://bucket/lake", **options)
+
+
+@pytest.mark.parametrize("validation", ["when_supported", "when_required"])
+def test_a_body_damaged_on_the_way_is_read_again(
+    moto_endpoint: str, bucket: str, validation: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: a GET body with a flipped byte failed at once: botocore's checksum error was
+    not retried, and without a checksum the block was reported corrupt at rest ("restore
+    it from a replica") although the stored object was whole."""
+    from merkle.blocks.store import BlockStore
+
+    monkeypatch.setenv("AWS_RESPONSE_CHECKSUM_VALIDATION", validation)
+    with open_s3(moto_endpoint, bucket, max_attempts=3, retry_base_delay=0) as store:
+        blocks = BlockStore(store, cache_bytes=0)
+        data = b"a block's bytes " * 64
+        cid = blocks.put(data)
+        with inject_s3_faults(store, "GetObject", kind="damaged", times=1) as faults:
+            assert blocks.get(cid) == data
+        assert faults.fired == 1
+        with inject_s3_faults(store, "GetObject", kind="damaged", times=1):
+            assert blocks.get_many([cid]) == {cid: data}
+        with (
+            inject_s3_faults(store, "GetObject", kind="damaged", times=100),
+            pytest.raises((IntegrityError, StorageError)),
+        ):
+            blocks.get(cid)  # damaged on every read: an error, never the damaged bytes

@@ -175,3 +175,52 @@ def test_a_lazy_backend_that_cannot_load_is_a_usage_error(registry: None) -> Non
 def test_register_scheme_rejects_bad_arguments(registry: None, scheme: str, target: object) -> None:
     with pytest.raises(UsageError):
         register_scheme(scheme, target)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["sales%41", "q?a", "h#a", "both %2F?#", "space and ü"])
+def test_a_file_location_with_uri_characters_opens_itself_again(tmp_path: Path, name: str) -> None:
+    """Before: a plain path 'sales%41' made the lake 'salesA', 'q?a' the lake 'q'; and a
+    store's URI (what pickling and Spark tasks re-open) decoded to another place."""
+    import pickle
+
+    path = str(tmp_path / name)
+    store = open_store(path)
+    assert isinstance(store, FileStore)
+    assert store.root == path
+    store.put("k", b"v")
+    for again in (open_store(store.uri), pickle.loads(pickle.dumps(store))):
+        assert isinstance(again, FileStore)
+        assert again.root == path
+        assert again.get("k") == b"v"
+    assert sorted(os.listdir(tmp_path)) == [name]
+
+
+def test_a_file_uri_with_a_query_or_fragment_is_refused(tmp_path: Path) -> None:
+    for uri in (f"file://{tmp_path}/lake?x=1", f"file://{tmp_path}/lake#top"):
+        with pytest.raises(UsageError, match="no query or fragment"):
+            open_store(uri)
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("prefix", ["team%42", "q?a", "h#a"])
+def test_an_s3_prefix_with_uri_characters_opens_itself_again(
+    moto_endpoint: str, prefix: str
+) -> None:
+    """Before: a lake at prefix 'team%42' (URI s3://b/team%2542) pickled to a store of
+    prefix 'teamB', a neighbour lake; 'q?a' and 'h#a' could not be re-opened at all."""
+    import pickle
+
+    from conftest import new_bucket
+
+    from merkle.storage.base import quote_location
+
+    bucket = new_bucket(moto_endpoint)
+    options = {"endpoint_url": moto_endpoint, "region_name": "us-east-1"}
+    store = open_store(f"s3://{bucket}/{quote_location(prefix)}", **options)
+    assert isinstance(store, S3Store)
+    assert store.prefix == prefix + "/"
+    store.put("k", b"v")
+    for again in (open_store(store.uri, **options), pickle.loads(pickle.dumps(store))):
+        assert isinstance(again, S3Store)
+        assert again.prefix == prefix + "/"
+        assert again.get("k") == b"v"

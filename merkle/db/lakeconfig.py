@@ -1,0 +1,57 @@
+"""The lake's settings object (``config``): written once, when the lake is first used.
+
+It names the hash every block of the lake is addressed by, chosen when the
+lake is made and never changed (a block's CID is its address, so a second
+hash would make a second copy of every block).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
+from merkle.errors import IntegrityError, NotFoundError, StorageError, UsageError
+from merkle.storage.base import ObjectStore
+
+__all__ = ["CONFIG_KEY", "CONFIG_TYPE", "LAKE_HASHES", "lake_config"]
+
+#: The lake's settings object, written once when the lake is first used.
+CONFIG_KEY = "config"
+CONFIG_TYPE = "merkle/lake"
+#: The hashes a lake's blocks may be addressed by (chosen when the lake is made).
+LAKE_HASHES = ("blake3", "sha2-256")
+
+
+def lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str, Any]:
+    """Read the lake's settings, creating them (with ``hash``) on a new lake if ``create``."""
+    if hash is not None and hash not in LAKE_HASHES:
+        raise UsageError(
+            f"hash={hash!r} is not a hash merkle-db stores blocks with: use one of "
+            f"{', '.join(LAKE_HASHES)} (or leave it out: an existing lake keeps its own)"
+        )
+    try:
+        node = decode_node(store.get(CONFIG_KEY))
+    except NotFoundError:
+        if not create:
+            # A location missing itself (an S3 bucket) says so in its own words (a
+            # NotFoundError from the listing); an empty or foreign one is no lake.
+            with contextlib.suppress(StorageError):
+                next(iter(store.list()), None)
+            raise NotFoundError(
+                f"there is no merkle lake at {store.uri}: check the location, or create "
+                "the lake (connect with create=True, or `merkle db create`)"
+            ) from None
+        node = {"type": CONFIG_TYPE, "v": NODE_VERSION, "hash": hash or "blake3"}
+        if not store.put_if_absent(CONFIG_KEY, encode_node(node)):
+            node = decode_node(store.get(CONFIG_KEY))  # another process created it first
+    node = check_node(node, CONFIG_TYPE, where=f"{CONFIG_KEY} in {store.uri}")
+    found = node.get("hash")
+    if found not in LAKE_HASHES:
+        raise IntegrityError(f"lake {store.uri} names an unknown hash {found!r} in {CONFIG_KEY}")
+    if hash is not None and hash != found:
+        raise UsageError(
+            f"lake {store.uri} hashes blocks with {found}; it cannot be opened with "
+            f"hash={hash!r} (the hash is chosen once, when a lake is created)"
+        )
+    return node
