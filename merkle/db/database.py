@@ -150,6 +150,13 @@ class Database(RecordOps):
 
     # -- tables --------------------------------------------------------------------
 
+    def has_table(self, name: str) -> bool:
+        """Whether the database holds table ``name`` (without listing every table: a
+        diff or merge asks this of each table, and databases may hold thousands)."""
+        if name in self._tables:
+            return self._tables[name] is not None
+        return name in self._base.tables
+
     def list_tables(self) -> list[str]:
         names = set(self._base.tables)
         for name, state in self._tables.items():
@@ -227,8 +234,8 @@ class Database(RecordOps):
         and more than ``patch_share`` percent of the table (defaults 20,000
         and 50): see doc/format.md "Batch".
         """
-        check_table_name(name)
-        if name in self.list_tables():
+        check_table_name(name, creating=True)
+        if self.has_table(name):
             raise UsageError(
                 f"table {name!r} already exists in database {self.name!r}; "
                 "drop it first or choose another name"
@@ -348,6 +355,11 @@ class Database(RecordOps):
             current, rows = state.table.prepare_rows(rows_in)
         except UsageError as exc:
             raise type(exc)(f"table {table!r}: {exc}") from None
+        except UnicodeEncodeError:  # Arrow cannot name a column so
+            raise UsageError(
+                f"table {table!r}: a field name of the records holds an unpaired surrogate, "
+                "which UTF-8 cannot store"
+            ) from None
         if not rows.num_rows and current.root == state.table.root:
             return self  # no record, and the table's codec and schema are as they were
         # Zero rows that chose the codec or schema (an empty Arrow table written to a table

@@ -341,7 +341,7 @@ def resolve_other(db: Database, other: Any) -> Database:
 
     conn = db._conn
     if isinstance(other, Database):
-        if other._conn is not conn and other._conn.uri != conn.uri:
+        if not conn.same_lake(other._conn):
             raise UsageError("diff compares databases of one lake; sync them first")
         return other
     if isinstance(other, bool) or other is None:
@@ -372,8 +372,8 @@ def diff_databases(
         names = [table]
     tables: dict[str, TableDiff] = {}
     for name in names:
-        before = old._table(name) if name in old.list_tables() else None
-        after = new._table(name) if name in new.list_tables() else None
+        before = old._table(name) if old.has_table(name) else None
+        after = new._table(name) if new.has_table(name) else None
         if before is not None and after is not None:
             if before.root == after.root:
                 continue

@@ -10,6 +10,7 @@ not data and is dropped.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "as_rows",
+    "check_field_name",
     "check_fields",
     "check_key_fields",
     "check_keys",
@@ -185,14 +187,48 @@ def check_keys(keys: Any, table: str) -> list[Any]:
     return list(keys)
 
 
-def check_table_name(name: object) -> str:
-    """A table name: a non-empty string of printable characters, at most 255 bytes."""
+def check_table_name(name: object, *, creating: bool = False) -> str:
+    """A table name: a non-empty string of printable characters, at most 255 bytes.
+
+    ``creating``: a new table's name must also hold no C1 control character
+    and be in Unicode normal form NFC, as database names are, so that two
+    names that look the same cannot name two tables (checked when a table is
+    made, so that a table made before the rule stays readable).
+    """
     if not isinstance(name, str) or not name:
         raise UsageError(f"a table name must be a non-empty string, got {name!r}")
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name) or len(name.encode()) > 255:
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError:
+        raise UsageError(
+            f"table name {name!r} is invalid: it holds an unpaired surrogate, which UTF-8 "
+            "cannot store"
+        ) from None
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in name) or size > 255:
         raise UsageError(
             f"table name {name!r} is invalid: use at most 255 bytes and no control characters"
         )
+    if creating:
+        if any(unicodedata.category(ch) == "Cc" for ch in name):
+            raise UsageError(f"table name {name!r} is invalid: it holds a control character")
+        normal = unicodedata.normalize("NFC", name)
+        if normal != name:
+            raise UsageError(
+                f"table name {name!r} is not in Unicode normal form NFC: use {normal!r}, "
+                "which looks the same"
+            )
+    return name
+
+
+def check_field_name(name: str, table: str) -> str:
+    """A field name that UTF-8 (and so Arrow) can store; UsageError naming it if not."""
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise UsageError(
+            f"field name {name!r} of table {table!r} holds an unpaired surrogate, which "
+            "UTF-8 cannot store"
+        ) from None
     return name
 
 
@@ -209,8 +245,10 @@ def check_key_fields(key: Any, table: str) -> str | tuple[str, ...]:
     """A table's key as given to ``create_table``: one field name, or several (a composite
     key) as a tuple; UsageError for anything else (None, a number, an empty list)."""
     if isinstance(key, str):
-        return key
+        return check_field_name(key, table)
     if isinstance(key, Sequence) and key and all(isinstance(k, str) for k in key):
+        for part in key:
+            check_field_name(part, table)
         return tuple(key)
     raise UsageError(
         f"key of table {table!r} must be a field name or a list of field names, got {key!r}"
@@ -232,6 +270,7 @@ def check_renames(rename: Any, table: str) -> None:
                 f"table {table!r}: cannot rename {old!r} to {new!r}: a field name must be a "
                 "non-empty string"
             )
+        check_field_name(new, table)
 
 
 #: Parts of one ``alter_schema`` call that may name the same field: they do not

@@ -230,7 +230,7 @@ class _Merge:
         self.table_conflicts: dict[str, str] = {}
 
     def _table(self, db: Database, name: str) -> Table | None:
-        return db._table(name) if name in db.list_tables() else None
+        return db._table(name) if db.has_table(name) else None
 
     def _changed(self, base: Table | None, side: Table | None) -> bool:
         """Whether ``side`` changed the table since ``base``: identity, settings, schema
@@ -281,7 +281,7 @@ class _Merge:
 
     def _use_theirs(self, name: str, theirs: Table | None) -> None:
         if theirs is None:
-            if name in self.result.list_tables():
+            if self.result.has_table(name):
                 self.result = self.result.drop_table(name)
             return
         from merkle.db.tablestate import TableState as _TableState
@@ -413,7 +413,7 @@ def _open(conn: Connection, what: Database | str, role: str) -> Database:
     from merkle.db.database import Database
 
     if isinstance(what, Database):
-        if what._conn.uri != conn.uri:
+        if not conn.same_lake(what._conn):
             raise UsageError(f"the merge {role} must be a database of {conn.uri}")
         if what.dirty:
             raise UsageError(f"the merge {role} has uncommitted changes: commit them first")

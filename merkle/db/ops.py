@@ -127,7 +127,7 @@ class CreateTable(Op):
     schema_free: bool = False
 
     def apply(self, db: Database) -> Database:
-        if self.table in db.list_tables():
+        if db.has_table(self.table):
             raise ConflictError(
                 f"table {self.table!r} was created in database {db.name!r} by a concurrent "
                 f"commit (version {db.version}) while this transaction created it too"

@@ -64,6 +64,18 @@ class SchemaChange:
         free: Any = None,
     ) -> SchemaChange:
         """A change from ``alter_schema``'s arguments, checked for form."""
+        try:
+            return cls._of(add, drop, rename, widen, nullable, free)
+        except UnicodeEncodeError:  # Arrow cannot name a field so
+            raise SchemaError(
+                "alter_schema names a field whose name holds an unpaired surrogate, which "
+                "UTF-8 cannot store"
+            ) from None
+
+    @classmethod
+    def _of(
+        cls, add: Any, drop: Any, rename: Any, widen: Any, nullable: Any, free: Any
+    ) -> SchemaChange:
         added = []
         for item in _listed(add, "add"):
             if isinstance(item, pa.Field):

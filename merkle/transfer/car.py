@@ -94,7 +94,7 @@ def _export_to(conn: Connection, root: CID, path: str) -> CarReport:
         except OSError as exc:  # from a write, or from the flush when it is closed
             raise _write_error(f"the CAR file {path}", exc, partial=True) from exc
     folder = os.path.dirname(real)
-    temp = os.path.join(folder, f".{os.path.basename(real)}.{uuid.uuid4().hex[:12]}.partial")
+    temp = os.path.join(folder, _temporary_name(os.path.basename(real)))
     try:
         with _create(temp, shown=path) as handle:
             report = _write(conn, root, handle)
@@ -118,6 +118,21 @@ def _in_place(path: str, real: str) -> bool:
     if absolute.startswith(special) or real.startswith(special):
         return True
     return os.path.exists(real) and not os.path.isfile(real)
+
+
+#: The longest file name most file systems take (ext4, XFS, APFS: 255 bytes).
+_NAME_MAX = 255
+
+
+def _temporary_name(name: str) -> str:
+    """A hidden name beside ``name`` for the export to be written under: the name itself
+    with a random part, or, where that would be longer than a file name may be (a
+    240-byte name is valid, the temporary for it would not be), without the name."""
+    random = uuid.uuid4().hex[:12]
+    temp = f".{name}.{random}.partial"
+    if len(os.fsencode(temp)) > _NAME_MAX:
+        temp = f".merkle-export.{random}.partial"
+    return temp
 
 
 def _write_error(where: str, exc: OSError, *, partial: bool = False) -> StorageError:

@@ -266,3 +266,16 @@ def test_an_import_from_a_pipe_or_a_stream_says_it_needs_a_file(
     with pytest.raises(UsageError, match="not a regular file"):
         import_car(shop, fifo, "copy")
     assert "copy" not in shop.list_dbs()
+
+
+@pytest.mark.parametrize("length", [200, 240, 255])
+def test_an_export_to_a_long_file_name_is_written(
+    shop: merkle.Connection, tmp_path: Path, length: int
+) -> None:
+    """Before: a valid name of 240-255 bytes failed with "File name too long": the hidden
+    temporary beside it added 22 bytes to the name."""
+    (tmp_path / "out").mkdir()
+    path = tmp_path / "out" / ("f" * (length - 4) + ".car")
+    report = export_car(shop, "shop", path)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+    assert import_car(shop, path, "copy").root == report.root
