@@ -254,6 +254,27 @@ class LeaseManager:
                 "it protected: take a new lease and check your blocks again"
             )
 
+    def current(self, lease: Lease) -> Lease:
+        """``lease`` as the lake holds it now: its expiry is the one garbage collection
+        respects, whatever the copy given says.
+
+        Several processes may renew one lease (a Spark job's driver and its
+        tasks): a copy pickled when the job was planned keeps the expiry of
+        then, while the lake's object has moved on (or, had nobody renewed
+        it, lapsed: then so has the lease, whatever a copy says).
+        :class:`LeaseExpiredError` if the object is gone (released, or removed
+        by a collection after it expired).
+        """
+        try:
+            stored = _decode(self.store.get(lease.key), lease.key)
+        except NotFoundError:
+            raise LeaseExpiredError(
+                f"{lease.kind} lease {lease.id} was released or removed; take a new lease"
+            ) from None
+        if stored.id != lease.id or stored.start != lease.start:
+            raise IntegrityError(f"lease object {lease.key!r} holds another lease ({stored.id})")
+        return stored
+
     def renew(self, lease: Lease, ttl: float) -> Lease:
         """The same lease, expiring ``ttl`` seconds from now.
 

@@ -59,6 +59,7 @@ __all__ = [
     "commit_job",
     "empty_rows",
     "has_table",
+    "key_fields",
     "local_merges",
     "plan_base",
     "run_groups",
@@ -309,7 +310,9 @@ def commit_job(
     # The tasks wrote under this lease: the commit lands under it too, and settles with
     # the GC lock generation the lease began under (merkle.refs.writer).
     ticket = WriterTicket(
-        job.lease, job.lease.gc_generation, renewed=lambda: renewed_lease(job.lease)
+        job.lease,
+        job.lease.gc_generation,
+        renewed=lambda: conn.leases.current(renewed_lease(job.lease)),
     )
     return db.commit(message=message, author=author, ticket=ticket)
 
@@ -369,6 +372,12 @@ def has_table(db: Database, table: str) -> bool:
     return table in db.list_tables()
 
 
+def key_fields(option: str) -> tuple[str, ...]:
+    """The key fields the ``key`` option names: one, or several separated by commas
+    (spaces around each name are not part of it, whether the table is made or exists)."""
+    return tuple(name.strip() for name in option.split(","))
+
+
 def table_settings(
     opts: WriteOptions, schema: StructType, existing_key: Sequence[str] | None
 ) -> TableSettings | None:
@@ -376,7 +385,7 @@ def table_settings(
     names = schema.fieldNames()
     if existing_key is not None:
         shown = existing_key[0] if len(existing_key) == 1 else list(existing_key)
-        if opts.key is not None and opts.key.split(",") != list(existing_key):
+        if opts.key is not None and key_fields(opts.key) != tuple(existing_key):
             raise UsageError(
                 f"table {opts.table!r} is keyed by {shown!r}, not by {opts.key!r}: "
                 "drop the key option or write to another table"
@@ -393,7 +402,7 @@ def table_settings(
             f"table {opts.table!r} does not exist in database {opts.db!r}: pass the option "
             '"key" (the key field, or several separated by commas) to create it'
         )
-    fields = tuple(name.strip() for name in opts.key.split(","))
+    fields = key_fields(opts.key)
     for field in fields:
         if field not in names:
             raise UsageError(

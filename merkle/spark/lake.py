@@ -105,8 +105,11 @@ class _Renewer:
 
 
 def _renew(lake: LakeRef, lease: Lease, ttl: float) -> Lease:
+    leases = open_lake(lake).leases
     try:
-        return open_lake(lake).leases.renew(lease, ttl)
+        # The copy this task was given may be older than the lake's: the driver and
+        # other tasks renewed the lease since the job was planned.
+        return leases.renew(leases.current(lease), ttl)
     except LeaseExpiredError as exc:
         what = (
             f"the read of {lease.db!r} version {lease.version}"
