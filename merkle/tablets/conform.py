@@ -6,16 +6,24 @@ value is in range; ``"12"`` never fits an int field; 1.5 never fits an int
 field); a field the schema lacks is added, nullable, with the type the data
 has; a schema-free field takes any value as CBOR. A value that does not fit
 is a :class:`~merkle.errors.SchemaError` naming the field, the record's key
-and the value. The result is in segment form: the key column first (in the
-key codec's type; a composite key as one struct column), then the stored
-fields sorted by name, each in its :func:`~merkle.tablets.schema.storage_type`.
+and the value (one column is fitted in :mod:`merkle.tablets.fitcolumn`). The
+result is in segment form: the key column first (in the key codec's type; a
+composite key as one struct column), then the stored fields sorted by name,
+each in its :func:`~merkle.tablets.schema.storage_type`.
 
 Reading (:func:`present`, :func:`present_records`) is the inverse: the
 schema's fields in the schema's order, with the schema's exact types.
+
+Both directions cost time linear in the number of fields: a table may have
+thousands. pyarrow builds a new list on every ``Table.column_names`` and
+``Schema.names`` access, and ``Schema.append`` copies the schema, so each is
+done once per table here (a set of names, one schema built at the end), never
+once per field.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,24 +32,11 @@ import pyarrow as pa
 
 from merkle.errors import SchemaError, UsageError
 from merkle.lazy import compute as pc
-from merkle.tablets.dicts import (
-    check_fits,
-    declarable_type,
-    decoded_values,
-    has_dictionary,
-    restore_fitting,
-)
-from merkle.tablets.fits import loss_check
+from merkle.tablets.dicts import check_fits, declarable_type, has_dictionary, restore_fitting
+from merkle.tablets.fitcolumn import fit_column, typed_array
 from merkle.tablets.freeform import in_micros, python_values
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
-from merkle.tablets.schema import (
-    composite_column,
-    infer_type,
-    is_free,
-    show_value,
-    storage_type,
-    type_family,
-)
+from merkle.tablets.schema import composite_column, infer_type, is_free, show_value, storage_type
 from merkle.tablets.segment import (
     arrow_to_records,
     cbor_array,
@@ -111,103 +106,6 @@ def codec_for_types(types: Sequence[pa.DataType]) -> KeyCodec:
     return key_codec("tuple(" + ",".join(infer_key_codec_arrow(t).spec for t in types) + ")")
 
 
-# -- fitting one column ------------------------------------------------------------
-
-
-def fit_column(
-    name: str, column: pa.Array | pa.ChunkedArray, target: pa.DataType, key_of: Callable[[int], Any]
-) -> pa.Array | pa.ChunkedArray:
-    """``column`` as ``target`` when every value converts exactly; SchemaError otherwise."""
-    source = column.type
-    if source == target:
-        return column
-    if pa.types.is_dictionary(source):
-        column = decoded_values(column)  # no cast kernel for some (string_view: Polars)
-        source = column.type
-        if source == target:
-            return column
-    if pa.types.is_null(source):
-        return pa.nulls(len(column), target)
-    if type_family(source) != type_family(target):
-        position = _first_valid(column)
-        raise SchemaError(
-            f"field {name!r} is {target}, but the data holds {source}"
-            + _where(column, position, key_of)
-            + f": convert the data, or change the field (alter_schema) or declare it "
-            f"schema-free (alter_schema(table, free=[{name!r}]))"
-        )
-    try:
-        candidate = column.cast(target, safe=False)
-        back = candidate.cast(source, safe=False)
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
-        # No exact cast kernel (int64 -> decimal128(10, 2), ...): convert value by value.
-        return _typed_array(name, column.to_pylist(), target, key_of)
-    if back.equals(column):
-        return candidate
-    before, after = column.to_pylist(), back.to_pylist()
-    for position, (a, b) in enumerate(zip(before, after, strict=True)):
-        if a != b and not (a != a and b != b):  # NaN equals NaN here
-            raise SchemaError(
-                f"field {name!r} is {target}: the value {show_value(a)} of the record with key "
-                f"{show_value(key_of(position))} does not fit it exactly (it would become "
-                f"{show_value(candidate.slice(position, 1).to_pylist()[0])}): "
-                f"{_way_out(name, target)}"
-            )
-    return candidate
-
-
-def _way_out(name: str, target: pa.DataType) -> str:
-    """What to do about a value a field cannot hold: a nested field cannot be widened."""
-    free = f"alter_schema(table, free=[{name!r}]); CLI: merkle table alter DB T --free {name}"
-    if pa.types.is_nested(target):
-        return f"declare the field schema-free ({free}), or fix the value"
-    return (
-        f"widen the field (alter_schema(table, widen={{{name!r}: ...}})), declare it "
-        f"schema-free ({free}), or fix the value"
-    )
-
-
-def _first_valid(column: pa.Array | pa.ChunkedArray) -> int | None:
-    valid = pc.is_valid(column)
-    index = pc.index(valid, True).as_py()
-    return None if index is None or index < 0 else int(index)
-
-
-def _where(column: Any, position: int | None, key_of: Callable[[int], Any]) -> str:
-    if position is None:
-        return ""
-    value = column.slice(position, 1).to_pylist()[0]
-    return f" (first: {show_value(value)}, key {show_value(key_of(position))})"
-
-
-def _typed_array(
-    name: str, values: Sequence[Any], target: pa.DataType, key_of: Callable[[int], Any]
-) -> pa.Array:
-    """Python values as an array of ``target``; SchemaError naming the first that does not fit."""
-    lost = loss_check(target)
-    try:
-        array = pa.array(values, type=target)
-        if lost is None or not any(lost(v) for v in values if v is not None):
-            return array
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        pass
-    for position, value in enumerate(values):
-        if value is None:
-            continue
-        try:
-            reason = None if lost is None else lost(value)
-            if reason:
-                raise ValueError(reason)  # pyarrow would cut or round it without a word
-            pa.array([value], type=target)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-            raise SchemaError(
-                f"field {name!r} is {target}: the value {show_value(value)} "
-                f"({type(value).__name__}) of the record with key {show_value(key_of(position))} "
-                f"does not fit it ({exc}): {_way_out(name, target)}"
-            ) from None
-    raise SchemaError(f"field {name!r} is {target}: its values do not fit it")
-
-
 def _check_nullability(
     schema: pa.Schema, stored: Mapping[str, Any], key: KeyLayout, key_of: Callable[[int], Any]
 ) -> None:
@@ -261,7 +159,7 @@ def _check_names(names: Sequence[str], key: KeyLayout) -> None:
     for name in names:
         if not isinstance(name, str) or not name:
             raise UsageError(f"a field name must be a non-empty string, got {name!r}")
-    duplicates = sorted({name for name in names if names.count(name) > 1})
+    duplicates = sorted(name for name, seen in Counter(names).items() if seen > 1)
     if duplicates:
         raise UsageError(f"the data has duplicate columns {duplicates}: rename them")
     if key.composite and key.column in names:
@@ -289,6 +187,7 @@ def conform_arrow(
     names = table.column_names
     _check_names(names, key)
     schema = schema if schema is not None else pa.schema([])
+    known = set(schema.names)
     for name in key.fields:
         if name not in names:
             raise UsageError(
@@ -301,7 +200,7 @@ def conform_arrow(
         column = table.column(name)
         if column.null_count:
             raise UsageError(f"key field {name!r} holds nulls: every row needs its key")
-        if name in schema.names:
+        if name in known:
             kind = schema.field(name).type
             column = fit_column(name, column, kind, lambda i: f"row {i}")
         key_types.append(column.type)
@@ -325,7 +224,7 @@ def conform_arrow(
 
     new_fields: list[pa.Field] = []
     for name, kind in zip(key.fields, key_types, strict=True):
-        if name not in schema.names:
+        if name not in known:
             new_fields.append(table.schema.field(name).with_type(kind))
     stored: dict[str, tuple[pa.Field, Any]] = {}
     for field in table.schema:
@@ -333,7 +232,7 @@ def conform_arrow(
         if name in key.fields:
             continue
         column = table.column(name)
-        if name in schema.names:
+        if name in known:
             target = schema.field(name)
         elif is_cbor_field(field) or (new_free and not pa.types.is_null(field.type)):
             target = cbor_field(name)
@@ -369,9 +268,11 @@ def _combined(column: Any) -> pa.Array:
 
 
 def _extend(schema: pa.Schema, fields: Sequence[pa.Field]) -> pa.Schema:
-    for field in fields:
-        schema = schema.append(field)
-    return schema
+    """``schema`` (metadata kept) with ``fields`` after its own, built once: appending
+    them one by one copies the schema each time, quadratic in the number of fields."""
+    if not fields:
+        return schema
+    return pa.schema([*schema, *fields], metadata=schema.metadata)
 
 
 def conform_records(
@@ -419,8 +320,9 @@ def conform_records(
                 first_seen.setdefault(name, len(first_seen))
             values[position] = item
     _check_names(list(columns), key)
+    known = set(schema.names)
     if codec is None:
-        if all(name in schema.names for name in key.fields):
+        if all(name in known for name in key.fields):
             codec = codec_for_types([schema.field(name).type for name in key.fields])
         else:
             codec = infer_key_codec(keys[0])
@@ -435,13 +337,13 @@ def conform_records(
     new_fields: list[pa.Field] = []
     parts = key_array.flatten() if key.composite else [key_array]
     for name, part in zip(key.fields, parts, strict=True):
-        if name in schema.names:
+        if name in known:
             fit_column(name, part, schema.field(name).type, key_of)  # range checks only
         else:
             new_fields.append(pa.field(name, part.type))
     stored: dict[str, tuple[pa.Field, Any]] = {}
     for name, values in columns.items():
-        if name in schema.names:
+        if name in known:
             target = schema.field(name)
         elif new_free:
             target = cbor_field(name)
@@ -455,7 +357,7 @@ def conform_records(
         if is_free(target):
             array = cbor_array(name, values, lambda i: f"the record with key {keys[i]!r}")
         else:
-            array = _typed_array(name, values, storage_type(target.type), key_of)
+            array = typed_array(name, values, storage_type(target.type), key_of)
             if has_dictionary(target.type):
                 check_fits(name, array, target.type)
         stored[name] = (stored_field(target), array)
@@ -513,14 +415,15 @@ def present(
 ) -> pa.Table:
     """Segment rows as the user's table: the schema's fields, order and exact types."""
     if schema is None:
-        return raw
+        return _key_parts_apart(raw, key)
     if (
         fields is None
         and schema.metadata is None
         and raw.schema.equals(schema, check_metadata=True)
     ):
         return raw  # already the user's table: what follows would rebuild it as it is
-    if key.column not in raw.column_names:
+    held = set(raw.column_names)
+    if key.column not in held:
         return raw
     count = raw.num_rows
     key_column = raw.column(key.column)
@@ -535,11 +438,27 @@ def present(
         name = field.name
         if name in parts:
             arrays.append(_restore(parts[name], field.type, name))
-        elif name in raw.column_names:
+        elif name in held:
             arrays.append(_restore(raw.column(name), field.type, name))
         else:
             arrays.append(pa.nulls(count, field.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(chosen))
+
+
+def _key_parts_apart(raw: pa.Table, key: KeyLayout) -> pa.Table:
+    """``raw`` with a composite key's storage column (a struct ``(g,n)``) given as the key
+    fields ``g`` and ``n``, where no schema says more (a table never written): the key
+    fields are ordinary columns in every table a read returns."""
+    if not key.composite or key.column not in raw.column_names:
+        return raw
+    stored = raw.column(key.column)
+    if not pa.types.is_struct(stored.type):
+        return raw  # no codec chosen yet: nothing to split
+    parts = [pc.struct_field(stored, [i]) for i in range(len(key.fields))]
+    rest = [name for name in raw.column_names if name != key.column]
+    return pa.Table.from_arrays(
+        [*parts, *(raw.column(name) for name in rest)], names=[*key.fields, *rest]
+    )
 
 
 def present_records(
@@ -553,6 +472,7 @@ def present_records(
     if schema is None:
         return arrow_to_records(raw, key_field=key.column, codec=codec, fields=fields)
     count = raw.num_rows
+    held = set(raw.column_names)
     keys = codec.to_python(raw.column(key.column))
     records: list[dict[str, Any]] = [{} for _ in range(count)]
     for field in _wanted(schema, key, fields):
@@ -560,7 +480,7 @@ def present_records(
         if name in key.fields:
             index = key.fields.index(name)
             values: list[Any] = [k[index] for k in keys] if key.composite else keys
-        elif name in raw.column_names:
+        elif name in held:
             # Records need no dictionary encoding: the storage type gives the same values.
             column = in_micros(_restore(raw.column(name), storage_type(field.type)), name)
             if is_free(field):
@@ -582,25 +502,30 @@ def present_records(
 def schema_of_segments(
     schema: pa.Schema | None, segments: Sequence[pa.Table], key: KeyLayout
 ) -> pa.Schema:
-    """``schema`` extended by the fields of segments written elsewhere (``build_table``)."""
+    """``schema`` extended by the fields of segments written elsewhere (``build_table``).
+
+    The new fields are collected in the order first met and appended at once.
+    """
     schema = schema if schema is not None else pa.schema([])
+    known = set(schema.names)
+    added: dict[str, pa.Field] = {}
     for segment in segments:
         for field in segment.schema:
             if field.name == key.column:
                 kinds = field.type.fields if key.composite else [field.with_name(key.fields[0])]
                 for name, kind in zip(key.fields, kinds, strict=True):
-                    if name not in schema.names:
-                        schema = schema.append(pa.field(name, kind.type))
+                    if name not in known and name not in added:
+                        added[name] = pa.field(name, kind.type)
                 continue
-            if field.name in schema.names:
-                known = schema.field(field.name)
-                if stored_field(known).type != field.type:
+            if field.name in known or field.name in added:
+                had = added[field.name] if field.name in added else schema.field(field.name)
+                if stored_field(had).type != field.type:
                     raise SchemaError(
-                        f"field {field.name!r} is {known.type} in the table, but a tablet "
+                        f"field {field.name!r} is {had.type} in the table, but a tablet "
                         f"stores it as {field.type}"
                     )
                 continue
-            schema = schema.append(
+            added[field.name] = (
                 cbor_field(field.name) if is_cbor_field(field) else pa.field(field.name, field.type)
             )
-    return schema
+    return _extend(schema, list(added.values()))

@@ -300,12 +300,16 @@ def concat_segments(tables: Sequence[pa.Table], *, key_field: str) -> pa.Table:
     here, string there, CBOR elsewhere) becomes CBOR in the result, so every
     value still round-trips exactly. Vectorised except for that conversion.
     The key column comes first and must have one type in every table.
+
+    Linear in the number of columns: each table's names are listed once (pyarrow
+    builds a new list on every ``column_names`` access), not once per column.
     """
     if not tables:
         raise UsageError("concat_segments needs at least one table")
+    held = [set(table.column_names) for table in tables]
     key_types: set[pa.DataType] = set()
     for position, table in enumerate(tables):
-        if key_field not in table.column_names:
+        if key_field not in held[position]:
             raise UsageError(
                 f"table {position} has no key column {key_field!r} (columns: {table.column_names})"
             )
@@ -317,7 +321,7 @@ def concat_segments(tables: Sequence[pa.Table], *, key_field: str) -> pa.Table:
             f"the tables' key columns {key_field!r} have different types "
             f"{sorted(map(str, key_types))}: they belong to tables with different key codecs"
         )
-    names = sorted({name for table in tables for name in table.column_names} - {key_field})
+    names = sorted(set().union(*held) - {key_field})
     key = pa.field(key_field, key_types.pop() if key_types else pa.null())
     keys = [table.column(key_field) for table in tables]
     if any(column.null_count for column in keys):
@@ -325,19 +329,24 @@ def concat_segments(tables: Sequence[pa.Table], *, key_field: str) -> pa.Table:
     fields = [key]
     columns = [_chunks([column.cast(key.type) for column in keys], key.type)]
     for name in names:
-        merged = _merge_column(name, tables)
+        merged = _merge_column(name, tables, held)
         if merged is not None:
             fields.append(merged[0])
             columns.append(merged[1])
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 
-def _merge_column(name: str, tables: Sequence[pa.Table]) -> tuple[pa.Field, Any] | None:
-    """One column across tables, or None when it holds no value anywhere."""
+def _merge_column(
+    name: str, tables: Sequence[pa.Table], held: Sequence[Collection[str]]
+) -> tuple[pa.Field, Any] | None:
+    """One column across tables, or None when it holds no value anywhere.
+
+    ``held``: each table's column names, listed once by the caller.
+    """
     found: list[tuple[pa.Field, pa.ChunkedArray] | None] = []
     kinds: dict[tuple[pa.DataType, bool], pa.Field] = {}
-    for table in tables:
-        if name not in table.column_names:
+    for table, names in zip(tables, held, strict=True):
+        if name not in names:
             found.append(None)
             continue
         field, column = table.schema.field(name), table.column(name)

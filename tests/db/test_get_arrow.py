@@ -97,3 +97,18 @@ def test_get_arrow_refuses_a_single_string_and_unknown_tables() -> None:
         db.get_arrow("t", "ab")
     with pytest.raises(merkle.errors.NotFoundError):
         db.get_arrow("nope", ["ab"])
+
+
+def test_a_composite_key_table_never_written_reads_as_its_key_fields() -> None:
+    """Before: every Arrow read of such a table (to_arrow, to_batches, get_arrow, dataset)
+    gave one struct column "(g,n)" instead of the columns g and n it has after a write."""
+    with merkle.connect("memory://") as conn:
+        db = conn.create_db("d").create_table("t", key=["g", "n"], key_codec=["str", "int"])
+        expected = pa.schema([("g", pa.string()), ("n", pa.int64())])
+        assert db.to_arrow("t").schema == expected
+        assert db.to_batches("t").schema == expected
+        assert db.get_arrow("t", [("a", 1)]).schema == expected
+        assert db.dataset("t").schema == expected
+        assert db.commit().to_arrow("t").schema == expected
+        written = db.write("t", [{"g": "a", "n": 1}]).delete("t", [("a", 1)])
+        assert written.to_arrow("t").schema == expected
