@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -384,7 +385,7 @@ def normalize_arrow(
     names = table.column_names
     for name in names:
         check_name(name, "a column name")
-    duplicates = sorted({name for name in names if names.count(name) > 1})
+    duplicates = sorted(name for name, times in Counter(names).items() if times > 1)
     if duplicates:
         raise UsageError(f"the Arrow table has duplicate columns {duplicates}: rename them")
     if key_field not in names:

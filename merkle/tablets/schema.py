@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -136,7 +137,7 @@ def check_schema(schema: Any, key: str | Sequence[str] = ()) -> pa.Schema | None
     for name in names:
         if not name:
             raise SchemaError("a schema field needs a non-empty name")
-    repeated = sorted({n for n in names if names.count(n) > 1})
+    repeated = sorted(n for n, times in Counter(names).items() if times > 1)
     if repeated:
         raise SchemaError(f"the schema names fields {repeated} more than once")
     key_schema_fields(schema, [key] if isinstance(key, str) else list(key))
