@@ -23,7 +23,6 @@ from merkle.db.database import Database
 from merkle.db.dbroot import DbRoot
 from merkle.db.inputs import check_metadata
 from merkle.db.lakeconfig import lake_config
-from merkle.db.landing import after_the_entry
 from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError
 from merkle.lazy import OnFirstUse
 from merkle.refs import JournalConflictError, JournalEntry, RefManager
@@ -372,6 +371,8 @@ class Connection:
             return self._clone(name, root, message, author)
         check_metadata(metadata, f"metadata of database {name!r}")
         node = DbRoot({}, metadata).to_node()
+        from merkle.db.landing import after_the_entry  # writes only: not for a read's start
+
         with after_the_entry(name) as put:
             with self.writer_lease(name) as ticket:
                 cid = self.blocks.put_node(node, refresh_before=ticket.lease.start)
@@ -421,6 +422,8 @@ class Connection:
         else:  # reject a bad root before any lease is written
             cid = CID.parse(root)
             DbRoot.from_node(self.blocks.get_node(cid), cid)
+        from merkle.db.landing import after_the_entry  # writes only: not for a read's start
+
         with after_the_entry(name) as put:
             with self.writer_lease(name) as ticket:
                 if isinstance(root, Database):
@@ -539,6 +542,8 @@ class Connection:
         head = self.refs.head(name)
         if head is None or head.root is None:
             raise NotFoundError(f"there is no live database {name!r} in {self.uri} to drop")
+        from merkle.db.landing import after_the_entry  # writes only: not for a read's start
+
         with after_the_entry(name) as put, self.writer_lease(name) as ticket:
             entry = self.refs.drop(name, message=message, author=author)
             put.append(entry)
