@@ -35,9 +35,18 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql.functions import col, collate
 from pyspark.sql.pandas.types import to_arrow_schema, to_arrow_type
-from pyspark.sql.types import BinaryType, BooleanType, DoubleType, LongType, StructField, StructType
+from pyspark.sql.types import (
+    BinaryType,
+    BooleanType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
 
 from merkle.db.bulk import committed_table
 from merkle.db.database import Database
@@ -124,9 +133,9 @@ def delete(
     fields = list(stored.key.fields)
     names = keys_df.columns
     if all(field in names for field in fields):
-        keys_df = keys_df.select(*fields)
+        keys_df = keys_df.select(*[col(_quoted(field)) for field in fields])
     elif len(fields) == 1 and len(names) == 1:
-        keys_df = keys_df.withColumnRenamed(names[0], fields[0])
+        keys_df = keys_df.toDF(fields[0])  # by position: Spark parses no name
     else:
         raise UsageError(
             f"the keys DataFrame needs the key field(s) {fields} of table {table!r} as "
@@ -141,11 +150,14 @@ def delete(
 def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None) -> Database:
     spark = df.sparkSession
     job, base = start_job(opts, df.schema, mode)
+    names = tuple(df.columns)
     try:
+        plain = _plain(df)
         with hold_lease(opts.lake, job.lease, opts.lease_ttl):
             limit = base.table.spec.limits.tablet_size
             parallelism = max(1, spark.sparkContext.defaultParallelism)
             key = base.table.key.fields
+            results = None
             if (
                 job.mode == "replace"
                 and len(key) == 1
@@ -154,19 +166,23 @@ def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None
                 )
             ):
                 partitions = max(2 * parallelism, df.rdd.getNumPartitions())
-                results = _write_ranged(df, job, key[0], partitions)
-            else:
+                order = _range_column(plain, names.index(key[0]))
+                results = _write_ranged(plain, names, job, order, partitions)
+                if _overlapping(results):
+                    results = None  # Spark's order was not the codec's: route the rows instead
+            if results is None:
                 if job.mode == "delete":
                     rows = [0] * len(job.groups)
                 else:
-                    rows, samples = _sample(df, job)
+                    rows, samples = _sample(plain, names, job)
                     new = sum(rows)
                     per_task = max(1, min(10, math.ceil(new / (limit * 2 * parallelism))))
                     job, rows = _split(job, rows, samples, rows_per_task or per_task * limit)
                 weights = _weights(job, rows)
                 per_task = max(1, min(10, math.ceil(sum(weights) / (limit * 2 * parallelism))))
                 markers = bool(base.table.root.pending) and job.mode != "replace"
-                results = _write(df, job, weights, rows_per_task or per_task * limit, markers)
+                target = rows_per_task or per_task * limit
+                results = _write(plain, names, job, weights, target, markers)
             return commit_job(
                 job,
                 results,
@@ -186,6 +202,40 @@ def _weights(job: WriteJob, rows: list[int]) -> list[int]:
     ]
 
 
+# -- column names Spark does not parse ----------------------------------------------
+
+
+def _quoted(name: str) -> str:
+    """``name`` as a Spark column reference to exactly that column (``a.b`` is no struct path)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def _plain_name(position: int) -> str:
+    return f"_merkle_c{position}"
+
+
+def _plain(df: DataFrame) -> DataFrame:
+    """``df`` with its columns renamed by position to names Spark never parses as a path.
+
+    pyspark's ``mapInArrow`` passes every column to the UDF as ``df[name]``,
+    which Spark parses: a column named ``a.b`` is read as field ``b`` of a
+    struct ``a`` and fails with UNRESOLVED_COLUMN. ``toDF`` renames by
+    position (types and metadata kept); the tasks give the rows their names
+    back with :func:`_named` before merkle-db sees them.
+    """
+    return df.toDF(*[_plain_name(i) for i in range(len(df.columns))])
+
+
+def _named(batch: pa.RecordBatch, names: tuple[str, ...]) -> pa.RecordBatch:
+    """A batch of :func:`_plain` rows with the DataFrame's column names (later columns kept)."""
+    given = [*names, *batch.schema.names[len(names) :]]
+    schema = pa.schema(
+        [f.with_name(n) for f, n in zip(batch.schema, given, strict=True)],
+        metadata=batch.schema.metadata,
+    )
+    return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
+
+
 # -- a bulk load: Spark's own range partitioning --------------------------------------
 
 #: Key codecs whose order is Spark's order of the key column (or its reverse).
@@ -193,29 +243,62 @@ _SPARK_ORDERED = ("int", "float", "str", "bytes", "timestamp")
 
 
 def _ordered_like_spark(table: Table, key_type: pa.DataType) -> bool:
-    """Whether Spark's range partitioning on the key column cuts the table's key order."""
+    """Whether Spark's range partitioning on the key column (see :func:`_range_column`)
+    cuts the table's key order."""
     spec = table.spec.codec.spec
     inner = spec[len("reverse(") : -1] if spec.startswith("reverse(") else spec
     return inner in _SPARK_ORDERED and infer_key_codec_arrow(key_type).spec == inner
 
 
-def _write_ranged(df: DataFrame, job: WriteJob, key: str, partitions: int) -> list[GroupResult]:
+def _range_column(df: DataFrame, position: int) -> Column:
+    """The key column to range-partition on, a collated string cast to binary collation.
+
+    A collated string (``k COLLATE UTF8_LCASE``, ``UNICODE_CI``...) sorts in
+    its collation's order, not in the UTF-8 byte order of the ``str`` codec:
+    range partitions cut on it interleave in key order. The rows keep their
+    type and values; only the partitioning compares bytes.
+    """
+    field = df.schema.fields[position]
+    column = col(_quoted(field.name))
+    if isinstance(field.dataType, StringType) and not field.dataType.isUTF8BinaryCollation():
+        column = collate(column, "UTF8_BINARY")
+    return column
+
+
+def _write_ranged(
+    df: DataFrame, names: tuple[str, ...], job: WriteJob, order: Column, partitions: int
+) -> list[GroupResult]:
     """A bulk load: ``repartitionByRange`` on the key, each task writes its range's tablets.
 
     Spark samples the keys itself (in the JVM) and sends each row once; the
     ranges are disjoint in the table's key order, so the tasks' sorted runs
-    stack into one tree (the commit checks that they do not overlap).
+    stack into one tree (:func:`_overlapping` checks that they do).
     """
-    ranged = df.repartitionByRange(partitions, key)
-    task = functools.partial(_write_task, job, False)
+    ranged = df.repartitionByRange(partitions, order)
+    task = functools.partial(_write_task, job, False, names)
     found = ranged.mapInArrow(task, _RESULTS).collect()
     return [result for row in found for result in pickle.loads(row["results"])]
+
+
+def _overlapping(results: list[GroupResult]) -> bool:
+    """Whether the tasks' sorted runs overlap in key range (they cannot stack into one tree).
+
+    Only when Spark ordered the key column otherwise than its codec, which
+    :func:`_ordered_like_spark` is there to rule out; the write then routes
+    the rows (its tablets written so far are left unreferenced, for gc).
+    """
+    tablets = sorted(
+        (t for r in results for t in r.tablets or ()), key=lambda t: (t.first_key, t.last_key)
+    )
+    return any(b.first_key <= a.last_key for a, b in itertools.pairwise(tablets))
 
 
 # -- stage 1: sample ----------------------------------------------------------------
 
 
-def _sample_task(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _sample_task(
+    job: WriteJob, names: tuple[str, ...], batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
     table = job.open_table()
     starts = [g.lo for g in job.groups[1:] if g.lo is not None]
     splittable = np.array([g.tablet is None for g in job.groups])
@@ -225,7 +308,7 @@ def _sample_task(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     for batch in batches:
         if not batch.num_rows:
             continue
-        keys = encode_keys(table, pa.Table.from_batches([batch]))
+        keys = encode_keys(table, pa.Table.from_batches([_named(batch, names)]))
         ids = route(keys, starts)
         counts += np.bincount(ids, minlength=len(counts))
         priority = rng.random(len(ids))
@@ -264,9 +347,11 @@ def _sample_task(job: WriteJob, batches: Iterator[pa.RecordBatch]) -> Iterator[p
     )
 
 
-def _sample(df: DataFrame, job: WriteJob) -> tuple[list[int], dict[int, list[bytes]]]:
+def _sample(
+    df: DataFrame, names: tuple[str, ...], job: WriteJob
+) -> tuple[list[int], dict[int, list[bytes]]]:
     """Rows per group, and a uniform sample of the keys of each gap group (sorted)."""
-    found = df.mapInArrow(functools.partial(_sample_task, job), _STATS).collect()
+    found = df.mapInArrow(functools.partial(_sample_task, job, names), _STATS).collect()
     rows = [0] * len(job.groups)
     picked: dict[int, list[tuple[float, bytes]]] = {}
     for row in found:
@@ -311,27 +396,39 @@ def _split(
 
 def _route_task(
     job: WriteJob,
+    names: tuple[str, ...],
     part_of: list[int],
     tags: list[int],
     markers: pa.Schema | None,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
+    """Each row with its group and tag; in partition 0, one marker row per group after them.
+
+    The marker rows take the schema of the task's data batches: every batch
+    of a task's output must have one schema, and the Arrow types Spark sends
+    depend on session settings (``large_string`` under
+    ``spark.sql.execution.arrow.useLargeVarTypes``). ``markers`` (the same
+    settings, read on the driver) serves a task that got no rows.
+    """
     from pyspark import TaskContext
 
     table = job.open_table()
     starts = [g.lo for g in job.groups[1:] if g.lo is not None]
     tag_of = np.array([tags[p] for p in part_of], dtype=np.int64)
+    seen: pa.Schema | None = None
     for batch in batches:
         if not batch.num_rows:
             continue
-        ids = route(encode_keys(table, pa.Table.from_batches([batch])), starts)
+        seen = _nullable(batch.schema)
+        ids = route(encode_keys(table, pa.Table.from_batches([_named(batch, names)])), starts)
         yield _with_columns(batch, ids, np.zeros(len(ids), bool), tag_of[ids])
     context = TaskContext.get()
     if markers is not None and context is not None and context.partitionId() == 0:
         # One row per group, with no data: every group gets visited (pending changes).
         ids = np.arange(len(job.groups), dtype=np.int64)
+        schema = seen or markers
         empty = pa.RecordBatch.from_arrays(
-            [pa.nulls(len(ids), f.type) for f in markers], schema=markers
+            [pa.nulls(len(ids), f.type) for f in schema], schema=schema
         )
         yield _with_columns(empty, ids, np.ones(len(ids), bool), tag_of[ids])
 
@@ -354,14 +451,19 @@ def _with_columns(
 
 
 def _write_task(
-    job: WriteJob, routed: bool, batches: Iterator[pa.RecordBatch]
+    job: WriteJob, routed: bool, names: tuple[str, ...], batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
-    results = run_groups(job, batches, routed=routed)
+    results = run_groups(job, (_named(batch, names) for batch in batches), routed=routed)
     yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(results)], pa.binary())], ["results"])
 
 
 def _write(
-    df: DataFrame, job: WriteJob, weights: list[int], target: int, markers: bool
+    df: DataFrame,
+    names: tuple[str, ...],
+    job: WriteJob,
+    weights: list[int],
+    target: int,
+    markers: bool,
 ) -> list[GroupResult]:
     part_of = pack_groups(weights, target)
     partitions = max(part_of) + 1 if part_of else 1
@@ -376,11 +478,18 @@ def _write(
     )
     marker_schema = None
     if markers:
-        zone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
-        marker_schema = _nullable(to_arrow_schema(df.schema, timezone=zone))
-    route_fn = functools.partial(_route_task, job, part_of, tags, marker_schema)
-    routed = df.mapInArrow(route_fn, routed_schema).repartition(partitions, TAG)
-    found = routed.mapInArrow(functools.partial(_write_task, job, True), _RESULTS).collect()
+        conf = df.sparkSession.conf
+        zone = conf.get("spark.sql.session.timeZone") or "UTC"
+        large = conf.get("spark.sql.execution.arrow.useLargeVarTypes", "false") or "false"
+        marker_schema = _nullable(
+            to_arrow_schema(
+                df.schema, timezone=zone, prefers_large_types=large.strip().lower() == "true"
+            )
+        )
+    route_fn = functools.partial(_route_task, job, names, part_of, tags, marker_schema)
+    routed = df.mapInArrow(route_fn, routed_schema).repartition(partitions, col(TAG))
+    task = functools.partial(_write_task, job, True, names)
+    found = routed.mapInArrow(task, _RESULTS).collect()
     return [result for row in found for result in pickle.loads(row["results"])]
 
 

@@ -10,7 +10,6 @@ the list of valid ones. doc/spark.md lists them all.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any
 
 from merkle.errors import UsageError
 from merkle.tablets.keys import KeyCodec
+from merkle.tablets.keytext import key_from_text
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
@@ -218,22 +218,17 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
 
 
 def parse_key(codec: KeyCodec, text: str, option: str) -> Any:
-    """A key value from option text: a number, a string, hex bytes, an ISO time, a JSON list."""
-    spec = codec.spec
+    """The key (or, of a composite key, key prefix) option text stands for under ``codec``.
+
+    The text is read as the ``merkle`` command line reads keys (doc/cli.md,
+    "Keys on the command line"): a number, a string, hex bytes, an ISO time,
+    a JSON list for a tuple key (fewer items than components: a prefix, a
+    scan bound as in ``db.scan``), and for ``reverse(S)`` what ``S`` takes.
+    Spark and the command line so take the same key text.
+    """
     try:
-        if spec == "int":
-            return int(text)
-        if spec == "float":
-            return float(text)
-        if spec == "str":
-            return text
-        if spec == "bytes":
-            return bytes.fromhex(text)
-        if spec == "timestamp":
-            return datetime.datetime.fromisoformat(text)
-        return tuple(json.loads(text))
-    except (TypeError, ValueError):
+        return key_from_text(text, codec.spec, prefix=True)
+    except UsageError as exc:
         raise UsageError(
-            f"option {option!r} is {text!r}, which is not a key of codec {spec!r}: give a "
-            "number, a string, hex bytes, an ISO time or a JSON list as the key type needs"
+            f"option {option!r}: {exc} (key syntax: doc/cli.md, Keys on the command line)"
         ) from None
