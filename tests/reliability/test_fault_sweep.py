@@ -16,7 +16,7 @@ Memory and file stores run every position and kind (about 260 runs, 6 s
 and 16 s on a fast machine). S3 (moto over HTTP, 2-9 s a run) is a sample of
 what depends on the backend, a write that S3 applied but whose reply was
 lost: every conditional put (the journal's compare-and-set), and the first
-and every third call of each other write; slow. A failed read, or a fault
+and every fourth call of each other write; slow. A failed read, or a fault
 in ``make_durable`` or ``remove_stale_temporaries`` (which do nothing on
 S3), never reaches the backend: the fault store raises it, so it is the
 memory sweep's fault again, and the S3 plan leaves them out.
@@ -53,7 +53,7 @@ from .scenario import check_lake, run_scenario
 S3_LEFT_OUT = frozenset({"touch", "make_durable", "remove_stale_temporaries"})
 #: The S3 sweep applies every n-th call of a write (and its first) with the reply lost,
 #: and every conditional put.
-S3_WRITE_STRIDE = 3
+S3_WRITE_STRIDE = 4
 
 
 def kinds_at(op: str) -> tuple[FaultKind, ...]:
