@@ -29,7 +29,7 @@ from pyspark.sql.datasource import (
 from merkle.errors import UsageError
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.ranges import KeyRanges, successor
-from merkle.tablets.settings import key_successor
+from merkle.tablets.settings import scan_bounds
 
 __all__ = ["key_filters", "pk_bounds"]
 
@@ -89,19 +89,6 @@ def key_filters(
 
 
 def pk_bounds(codec: KeyCodec, from_pk: Any, to_pk: Any) -> KeyRanges:
-    """The keys from ``from_pk`` to ``to_pk`` in table order, inclusive, exactly as ``db.scan``.
-
-    The bounds are encoded as the Python scan encodes them
-    (``Table._window`` in merkle.tablets.reads): a key prefix of a composite
-    key bounds every key it starts (``("x",)`` to ``("x",)``: all of user
-    ``x``), any other value is encoded as a whole key by the codec, so a
-    ``reverse(...)`` codec runs from the larger value to the smaller.
-    """
-    lo = hi = None
-    if from_pk is not None:
-        prefix = codec.encode_prefix(from_pk)
-        lo = codec.encode(from_pk) if prefix is None else prefix
-    if to_pk is not None:
-        prefix = codec.encode_prefix(to_pk)
-        hi = successor(codec.encode(to_pk)) if prefix is None else key_successor(prefix)
-    return KeyRanges.between(lo, hi)
+    """The keys from ``from_pk`` to ``to_pk`` in table order, inclusive, exactly as
+    ``db.scan`` bounds them (:func:`merkle.tablets.settings.scan_bounds`)."""
+    return KeyRanges.between(*scan_bounds(codec, from_pk, to_pk))

@@ -97,7 +97,7 @@ def _from_text(text: str, spec: str, prefix: bool = False) -> Any:
                 f"expected a JSON array of {len(args)} items such as {_example(args)}"
             )
         return _from_items(items, args, prefix)
-    raise _BadKeyError(f"the command line cannot parse keys of codec {spec!r}")
+    raise _BadKeyError(f"keys of codec {spec!r} cannot be given as text")
 
 
 def _from_json(item: Any, spec: str) -> Any:

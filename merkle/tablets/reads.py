@@ -30,7 +30,7 @@ from merkle.tablets.nodes import ChildRef, TableRoot
 from merkle.tablets.patches import apply_patches
 from merkle.tablets.rows import SortedRows, merge_changes
 from merkle.tablets.segment import concat_segments, project
-from merkle.tablets.settings import key_successor
+from merkle.tablets.settings import scan_bounds
 from merkle.tablets.store import TableStore
 from merkle.tablets.tree import LeafSlice, TableSpec, Tree
 
@@ -172,17 +172,11 @@ class TableReads:
             merged = tree.merged_rank(data, key, inclusive=inclusive)
             return merged + overlay.delta_before(key, inclusive=inclusive)
 
-        if from_pk is not None:
-            prefix = codec.encode_prefix(from_pk)
-            start = max(start, rank(codec.encode(from_pk) if prefix is None else prefix, False))
-        if to_pk is not None:
-            prefix = codec.encode_prefix(to_pk)
-            if prefix is None:
-                stop = min(stop, rank(codec.encode(to_pk), True))
-            else:
-                after = key_successor(prefix)
-                if after is not None:
-                    stop = min(stop, rank(after, False))
+        lo, hi = scan_bounds(codec, from_pk, to_pk)
+        if lo is not None:
+            start = max(start, rank(lo, False))
+        if hi is not None:
+            stop = min(stop, rank(hi, False))
         if from_index is not None:
             start = max(start, from_index)
         if to_index is not None:

@@ -8,8 +8,9 @@ from typing import Any
 from merkle.errors import UsageError
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.nodes import BASE, Limits
+from merkle.tablets.ranges import successor
 
-__all__ = ["check_families", "check_limits", "key_successor", "unreversed"]
+__all__ = ["check_families", "check_limits", "key_successor", "scan_bounds", "unreversed"]
 
 
 def key_successor(prefix: bytes) -> bytes | None:
@@ -18,6 +19,22 @@ def key_successor(prefix: bytes) -> bytes | None:
     if not stripped:
         return None
     return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def scan_bounds(codec: KeyCodec, from_pk: Any, to_pk: Any) -> tuple[bytes | None, bytes | None]:
+    """The encoded keys ``[lo, hi)`` of a scan from ``from_pk`` to ``to_pk``, both inclusive
+    (None: unbounded on that side). A key prefix of a composite key bounds every key it
+    starts (``("x",)`` to ``("x",)``: all of ``x``); any other value is encoded as a
+    whole key, so a ``reverse(...)`` codec runs from the larger value to the smaller.
+    ``db.scan`` and Spark's ``from_pk``/``to_pk`` both bound their reads so."""
+    lo = hi = None
+    if from_pk is not None:
+        prefix = codec.encode_prefix(from_pk)
+        lo = codec.encode(from_pk) if prefix is None else prefix
+    if to_pk is not None:
+        prefix = codec.encode_prefix(to_pk)
+        hi = successor(codec.encode(to_pk)) if prefix is None else key_successor(prefix)
+    return lo, hi
 
 
 def unreversed(codec: KeyCodec) -> KeyCodec:
