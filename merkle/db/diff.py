@@ -370,10 +370,17 @@ def diff_databases(
                 f"{new.name!r} version {new.version}"
             )
         names = [table]
+    sides = {
+        name: (
+            old._table(name) if old.has_table(name) else None,
+            new._table(name) if new.has_table(name) else None,
+        )
+        for name in names
+    }
+    if fields is not None:
+        _check_diff_fields(fields, sides)
     tables: dict[str, TableDiff] = {}
-    for name in names:
-        before = old._table(name) if old.has_table(name) else None
-        after = new._table(name) if new.has_table(name) else None
+    for name, (before, after) in sides.items():
         if before is not None and after is not None:
             if before.root == after.root:
                 continue
@@ -382,6 +389,35 @@ def diff_databases(
             diff = TableDiff(name, before, after, fields)
         tables[name] = diff
     return DatabaseDiff(old, new, tables, old.metadata != new.metadata)
+
+
+def _check_diff_fields(
+    fields: Sequence[str], sides: dict[str, tuple[Table | None, Table | None]]
+) -> None:
+    """UsageError for a field that no table of the diff has on either side.
+
+    A field some tables lack is fine (those compare the fields they have); one
+    that none has is a typo, and comparing nothing would report no updates.
+    """
+    known: set[str] = set()
+    for before, after in sides.values():
+        for table in (before, after):
+            if table is not None:
+                known.update(table.root.key_fields)
+                if table.schema is not None:
+                    known.update(table.schema.names)
+    unknown = [name for name in fields if name not in known]
+    if unknown and sides:
+        which = (
+            f"table {next(iter(sides))!r} has no field {unknown[0]!r} in either version; its"
+            if len(sides) == 1
+            else f"no table of the diff has a field {unknown[0]!r} in either version; their"
+        )
+        raise UsageError(
+            f"{which} fields: "
+            f"{', '.join(sorted(known)) or '(none)'}: diff only fields the tables have "
+            "(fields=None compares all)"
+        )
 
 
 def commit_counts(conn: Connection, entry: JournalEntry) -> ChangeCounts | None:

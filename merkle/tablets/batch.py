@@ -85,7 +85,9 @@ def _segment_keys(ts: TableStore, segment: CID | None, key_field: str, codec: Ke
     if segment is None:
         return KeyIndex(empty_keys(codec))
     return ts.key_index(
-        segment, lambda: combine(codec.encode_array(ts.segment(segment).column(key_field)))
+        segment,
+        lambda: combine(codec.encode_array(ts.segment(segment).column(key_field))),
+        encoding=codec.spec,
     )
 
 
@@ -110,7 +112,9 @@ def load_patches(ts: TableStore, node: BatchNode, key_field: str, codec: KeyCode
 
 def delete_keys(ts: TableStore, cid: CID, node: BatchNode) -> KeyIndex:
     """The sorted encoded keys a batch deletes (cached by batch)."""
-    return ts.key_index(cid, lambda: pa.array(list(node.deletes), type=pa.binary()), part="deletes")
+    return ts.key_index(  # stored encoded: the batch's CID fixes them
+        cid, lambda: pa.array(list(node.deletes), type=pa.binary()), encoding="", part="deletes"
+    )
 
 
 def lookup_pending(

@@ -104,7 +104,7 @@ class Leaves:
         def build() -> pa.Array | KeyIndex:
             return _index_of(codec, self.ts.segment(page.keys).column(0))
 
-        return self.ts.key_index(page.keys, build, part="page")
+        return self.ts.key_index(page.keys, build, encoding=codec.spec, part="page")
 
     def keys(self, cid: CID) -> KeyIndex:
         """The sorted encoded keys of a whole tablet (cached)."""
@@ -118,7 +118,7 @@ class Leaves:
             with self.ts.holding([(page.keys, None) for page in tablet.pages]):  # at once
                 return KeyIndex.joined([self.page_keys(page) for page in tablet.pages])
 
-        return self.ts.key_index(cid, build)
+        return self.ts.key_index(cid, build, encoding=codec.spec)
 
     def columns(self, fields: Sequence[str] | None) -> Columns:
         """The columns a read of ``fields`` decodes of a segment (None: all)."""
@@ -300,7 +300,11 @@ class Leaves:
         tables = self.ts.segment_columns(self.page_blocks(page, fields), keep=keep)
         codec = self.spec.codec
         index = self.ts.key_index(
-            page.keys, lambda: _index_of(codec, tables[0].column(0)), part="page", keep=keep
+            page.keys,
+            lambda: _index_of(codec, tables[0].column(0)),
+            encoding=codec.spec,
+            part="page",
+            keep=keep,
         )
         rows = [row for row in index.find(keys) if row >= 0]
         if not rows:

@@ -342,12 +342,18 @@ class TableStore:
         owner: CID,
         build: Callable[[], pa.Array | KeyIndex],
         *,
+        encoding: str,
         part: str = "",
         keep: bool = True,
     ) -> KeyIndex:
         """The key index of a tablet or batch (``part`` tells several of one block apart);
-        ``build`` gives the encoded keys or a ready index (cached unless not ``keep``)."""
-        key = (part, owner.bytes)
+        ``build`` gives the encoded keys or a ready index (cached unless not ``keep``).
+
+        ``encoding`` is the spec of the key codec that encoded the keys: two tables
+        holding the same rows store the same blocks (segments hold native keys),
+        and the encoded keys of one codec must never serve a table of another.
+        """
+        key = (part, encoding, owner.bytes)
         index = self._key_indexes.get(key)
         if index is None:
             built = build()
