@@ -24,7 +24,10 @@ ISO-8601, tuples (and sets) as arrays, NaN and infinities as the strings
 their ``str``; a mapping as an object keyed by its keys' text, or, when two
 keys have the same text, as a list of ``[key, value]`` pairs. In ``table``
 and ``csv`` cells a string is shown as it is, null/absent as an empty cell,
-and every other value as its compact JSON.
+and every other value as its compact JSON. In ``csv`` an empty string is a
+quoted empty field (``""``), so that a reader that tells the two apart
+(PostgreSQL's COPY; DuckDB with ``allow_quoted_nulls=false``) reads back what
+was stored.
 Command-line keys are parsed the same way (``merkle.cli.keys``), so a key
 copied from the output can be pasted back.
 """
@@ -219,12 +222,20 @@ def _write_table(out: IO[str], rows: Sequence[Mapping[str, Any]], columns: list[
 def _write_csv(out: IO[str], rows: Sequence[Mapping[str, Any]], columns: list[str]) -> None:
     if not columns:
         return
-    import csv  # only this format needs it
-
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(columns)
+    out.write(",".join(_csv_field(name) for name in columns) + "\n")
     for row in rows:
-        writer.writerow([cell(row.get(name)) for name in columns])
+        fields = (None if row.get(n) is None else cell(row.get(n)) for n in columns)
+        out.write(",".join(_csv_field(text) for text in fields) + "\n")
+
+
+def _csv_field(text: str | None) -> str:
+    """One RFC 4180 field: null is an empty field, the empty string a quoted one
+    (``""``); quoted too when it holds a comma, a quote or a line break."""
+    if text is None:
+        return ""
+    if text == "" or any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
 
 
 def emit_rows(

@@ -8,6 +8,7 @@ import io
 import json
 import math
 from datetime import UTC, date, datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -92,6 +93,21 @@ def test_csv_has_the_union_of_fields_in_first_seen_order() -> None:
     assert got == [{name: cell(row.get(name)) for name in reader.fieldnames} for row in ROWS]
     assert got[1]["blob"] == "00ff"
     assert got[2]["pair"] == '[1,"x"]'
+
+
+def test_csv_tells_an_empty_string_from_a_null(tmp_path: Path) -> None:
+    """An empty string is a quoted empty field, a null an empty one (found by a probe:
+    both printed as an empty field, so no reader could tell them apart)."""
+    rows = [{"k": "a", "s": ""}, {"k": "b", "s": None}, {"k": "c"}, {"k": "d", "s": 'x,"y"\nz'}]
+    text = render(rows, "csv")
+    assert text.splitlines()[:4] == ["k,s", 'a,""', "b,", "c,"]
+    assert [row["s"] for row in csv.DictReader(io.StringIO(text))][3] == 'x,"y"\nz'
+    duckdb = pytest.importorskip("duckdb")
+    path = tmp_path / "out.csv"
+    path.write_text(text)
+    query = "select s from read_csv($p, header=true, all_varchar=true, allow_quoted_nulls=false)"
+    got = [row[0] for row in duckdb.execute(query, {"p": str(path)}).fetchall()]
+    assert got == ["", None, None, 'x,"y"\nz']
 
 
 def test_requested_columns_come_first_and_show_without_rows() -> None:
