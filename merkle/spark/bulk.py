@@ -51,6 +51,7 @@ from pyspark.sql.types import (
 from merkle.db.bulk import committed_table
 from merkle.db.database import Database
 from merkle.errors import UsageError
+from merkle.spark.casing import case_sensitive
 from merkle.spark.failures import raised_as_merkle_errors
 from merkle.spark.jobs import (
     GROUP,
@@ -132,7 +133,8 @@ def delete(
     stored = committed_table(conn.open_db(db), table)
     fields = list(stored.key.fields)
     names = keys_df.columns
-    if all(field in names for field in fields):
+    folded = {n.casefold() for n in names} if not case_sensitive(spark) else set()
+    if all(field in names or field.casefold() in folded for field in fields):
         keys_df = keys_df.select(*[col(_quoted(field)) for field in fields])
     elif len(fields) == 1 and len(names) == 1:
         keys_df = keys_df.toDF(fields[0])  # by position: Spark parses no name
@@ -149,8 +151,8 @@ def delete(
 
 def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None) -> Database:
     spark = df.sparkSession
-    job, base = start_job(opts, df.schema, mode)
-    names = tuple(df.columns)
+    job, base = start_job(opts, df.schema, mode, case_sensitive=case_sensitive(spark))
+    names = job.columns  # the DataFrame's columns, spelled as the table's fields
     try:
         plain = _plain(df)
         with hold_lease(opts.lake, job.lease, opts.lease_ttl):
@@ -162,7 +164,8 @@ def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None
                 job.mode == "replace"
                 and len(key) == 1
                 and _ordered_like_spark(
-                    base.table, to_arrow_type(df.schema[key[0]].dataType, timezone="UTC")
+                    base.table,
+                    to_arrow_type(df.schema.fields[names.index(key[0])].dataType, timezone="UTC"),
                 )
             ):
                 partitions = max(2 * parallelism, df.rdd.getNumPartitions())

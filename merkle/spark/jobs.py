@@ -28,6 +28,7 @@ from merkle.db.connection import Connection
 from merkle.db.database import Database
 from merkle.errors import ConflictError, UsageError
 from merkle.refs import Lease, WriterTicket
+from merkle.spark.casing import match_case
 from merkle.spark.lake import hold_lease, open_lake, renewed_lease
 from merkle.spark.options import LakeRef, WriteOptions
 from merkle.spark.types import ENCODING, cbor_fields_of, from_spark
@@ -97,6 +98,15 @@ class WriteJob:
     mode: str  # "upsert", "replace" (overwrite) or "delete"
     create: TableSettings | None = None
     cbor_fields: tuple[str, ...] = ()
+    columns: tuple[str, ...] = ()  # the rows' columns by position, named as written
+
+    def named(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` (a DataFrame's rows) with its first columns named :attr:`columns`."""
+        given = batch.schema.names
+        if not self.columns or tuple(given[: len(self.columns)]) == self.columns:
+            return batch
+        names = [*self.columns, *given[len(self.columns) :]]
+        return batch.rename_columns(names)
 
     def open_table(self) -> Table:
         conn = open_lake(self.lake)
@@ -156,7 +166,7 @@ def run_groups(
                     continue
                 rows = from_spark(data, job.cbor_fields)
             else:
-                rows = from_spark(batch, job.cbor_fields)
+                rows = from_spark(job.named(batch), job.cbor_fields)
                 ids = route(encode_keys(table, rows), starts)
             parts.append(rows)
             id_parts.append(ids)
@@ -418,16 +428,26 @@ def table_settings(
     return TableSettings(fields, codec.spec)
 
 
-def start_job(opts: WriteOptions, schema: StructType, mode: str) -> tuple[WriteJob, Base]:
+def start_job(
+    opts: WriteOptions, schema: StructType, mode: str, *, case_sensitive: bool
+) -> tuple[WriteJob, Base]:
     """Plan a write of rows of ``schema`` on the head of ``opts.db``.
 
     Takes the job's writer lease (the caller releases it when the job ends)
     before the first block is written. A table that does not exist is
     planned for creation, its rows replacing nothing (mode "replace").
+    ``case_sensitive``: Spark's ``spark.sql.caseSensitive``; when off, the
+    columns take the spelling of the fields they match (:mod:`merkle.spark.casing`),
+    and :attr:`WriteJob.columns` holds the names the rows are written under.
     """
     conn = open_lake(opts.lake)
     db = conn.open_db(opts.db)
-    existing = committed_table(db, opts.table).key.fields if has_table(db, opts.table) else None
+    committed = committed_table(db, opts.table) if has_table(db, opts.table) else None
+    fields = None
+    if committed is not None:
+        fields = committed.schema.names if committed.schema is not None else committed.key.fields
+    opts, schema = match_case(opts, schema, fields, sensitive=case_sensitive)
+    existing = committed.key.fields if committed is not None else None
     create = table_settings(opts, schema, existing)
     if create is not None:
         mode = "replace"
@@ -448,6 +468,7 @@ def start_job(opts: WriteOptions, schema: StructType, mode: str) -> tuple[WriteJ
             mode=mode,
             create=create,
             cbor_fields=cbor_fields_of(schema),
+            columns=tuple(schema.fieldNames()),
         )
     except BaseException:
         conn.leases.release(lease)

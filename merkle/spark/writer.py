@@ -23,6 +23,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from merkle.spark.casing import case_sensitive
 from merkle.spark.jobs import GroupResult, WriteJob, commit_job, run_groups, start_job
 from merkle.spark.lake import open_lake
 from merkle.spark.options import write_options
@@ -48,7 +49,8 @@ class MerkleWriter(DataSourceArrowWriter):
     @classmethod
     def plan(cls, options: Mapping[str, str], schema: StructType, overwrite: bool) -> MerkleWriter:
         opts = write_options(options)
-        job, _ = start_job(opts, schema, "replace" if overwrite else "upsert")
+        mode = "replace" if overwrite else "upsert"
+        job, _ = start_job(opts, schema, mode, case_sensitive=case_sensitive(None))
         return cls(job, opts.message, opts.author)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> MerkleCommitMessage:
