@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from merkle.blocks.cid import CID
 from merkle.blocks.store import BlockStore
 from merkle.blocks.walk import missing_below
+from merkle.db.ancestry import kept_entry
 from merkle.db.database import Database
 from merkle.db.dbroot import DbRoot
 from merkle.db.inputs import check_metadata
@@ -409,8 +410,9 @@ class Connection:
 
         The writer lease makes a collection either wait for this clone (and then
         mark from it) or finish first; so the source is checked only once the
-        lease is held: its journal entry must still exist (a trimmed version may
-        have lost blocks), and a bare root CID must still reach every block.
+        lease is held: its entry must still be kept, by the journal or a tag (a
+        trimmed version may have lost blocks), and a bare root CID must still
+        reach every block.
         """
         if isinstance(root, Database):
             if not self.same_lake(root._conn):
@@ -427,12 +429,16 @@ class Connection:
         with after_the_entry(name) as put:
             with self.writer_lease(name) as ticket:
                 if isinstance(root, Database):
-                    self.refs.get(root.name, root.version)
-                    source = root
+                    source = kept_entry(self, root.name, root.version)  # journal or a tag
                     entry = self._create_entry(
                         name,
                         lambda: self.refs.clone(
-                            source.name, name, source.version, message=message, author=author
+                            source.db,
+                            name,
+                            source.version,
+                            entry=source,
+                            message=message,
+                            author=author,
                         ),
                     )
                 else:

@@ -425,9 +425,11 @@ def commit_counts(conn: Connection, entry: JournalEntry) -> ChangeCounts | None:
 
     Measured against its first parent: the previous entry, the source of a
     clone, or nothing for a database's first version. Reads only what differs.
-    None too when the parent is gone (retention trimmed it): nothing to
-    measure against.
+    None too when the parent is gone (retention trimmed it and no tag keeps
+    it): nothing to measure against.
     """
+    from merkle.db.ancestry import kept_entry  # the parent may be kept by a tag only
+
     if entry.root is None:
         return None
     new = conn.open_db(entry.db, version=entry.version)
@@ -435,7 +437,7 @@ def commit_counts(conn: Connection, entry: JournalEntry) -> ChangeCounts | None:
         if entry.forked_from is not None:
             source = entry.forked_from
             old = conn.open_db(source["db"], version=source["version"])
-        elif entry.parent is not None and conn.refs.get(entry.db, entry.parent).root is not None:
+        elif entry.parent is not None and kept_entry(conn, entry.db, entry.parent).root is not None:
             old = conn.open_db(entry.db, version=entry.parent)
         else:
             old = None

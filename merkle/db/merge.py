@@ -3,14 +3,15 @@
 ``conn.merge(source, into)`` brings the changes ``source`` made since the
 merge base into the head of ``into``, key by key, and commits the result
 as one version of ``into`` whose journal entry names ``source`` as its
-second parent (``merged_from``). The rules (also in ``doc/versions.md``):
+second parent (``merged_from``); several best merge bases (a criss-cross)
+are merged into one virtual base first. The rules (also in ``doc/versions.md``):
 
 * Rows: a key changed on one side only takes that change; changed the same
   way on both sides (both deleted, or both wrote equal records), it is
   taken once; changed differently, it is a conflict, which the resolver
   settles: ``"ours"`` keeps into's record, ``"theirs"`` takes source's,
-  a callable gets ``{table, key, base, ours, theirs}`` (records or None)
-  and returns the record to keep (or None to delete), and ``"fail"`` raises
+  a callable gets ``{table, key, base, ours, theirs}`` (records as scan
+  shows them, or None) and returns the record to keep (or None to delete), and ``"fail"`` raises
   :class:`~merkle.errors.MergeConflictError` listing every conflict.
 * Tables: a side that did not change a table (same identity, settings,
   schema and records as the base) takes the other side's version of it, whatever that
@@ -44,6 +45,7 @@ from merkle.db.ops import Op
 from merkle.errors import ConflictError, MergeConflictError, NotFoundError, UsageError
 from merkle.lazy import compute as pc
 from merkle.refs import JournalConflictError, JournalEntry, WriterTicket
+from merkle.tablets.conform import KeyLayout
 from merkle.tablets.diff import count_changes, diff_tables, rows_equal
 from merkle.tablets.keyindex import combine
 from merkle.tablets.rows import SortedRows
@@ -65,6 +67,7 @@ TABLE_CONFLICT_HINT = (
     "both sides first (e.g. alter_schema to the same field types) and merge again"
 )
 _ATTEMPTS = 16
+_DEPTH = 8  # criss-crosses nested below a merge's bases that a virtual base may merge
 
 
 @dataclass(frozen=True)
@@ -192,12 +195,20 @@ class _TableMerge:
             rec: dict[str, Any] = {}
             for side in ("base", "ours", "theirs"):
                 cell = table.column(side)[i]
-                rec[side] = None if not cell.is_valid else self._record(table, side, i, codec)
+                rec[side] = (
+                    None
+                    if not cell.is_valid
+                    else self._record(table, side, i, codec, codec_table.key)
+                )
             rec["key"] = codec.to_python(table.column("key").slice(i, 1))[0]
             out.append(rec)
         return out
 
-    def _record(self, table: pa.Table, side: str, i: int, codec: Any) -> dict[str, Any]:
+    def _record(
+        self, table: pa.Table, side: str, i: int, codec: Any, layout: KeyLayout
+    ) -> dict[str, Any]:
+        """One side's record of conflict ``i`` as scan shows it: the key fields each a
+        field (a composite key's internal struct column split into its fields)."""
         struct = table.column(side).combine_chunks().slice(i, 1)
         assert isinstance(struct, pa.StructArray)
         row = pa.table(
@@ -207,7 +218,15 @@ class _TableMerge:
                 [pa.field(self.key_field, table.column("key").type), *list(struct.type)]
             ),
         )
-        return arrow_to_records(row, key_field=self.key_field, codec=codec)[0]
+        record = arrow_to_records(row, key_field=self.key_field, codec=codec)[0]
+        return {**_key_fields(layout, record.pop(self.key_field)), **record}
+
+
+def _key_fields(layout: KeyLayout, key: Any) -> dict[str, Any]:
+    """A key value as the record fields that hold it (a tuple's parts for a composite key)."""
+    return (
+        dict(zip(layout.fields, key, strict=True)) if layout.composite else {layout.fields[0]: key}
+    )
 
 
 def _unique(rows: SortedRows) -> SortedRows:
@@ -222,8 +241,17 @@ def _unique(rows: SortedRows) -> SortedRows:
 class _Merge:
     """One attempt at merging theirs into ours (see the module doc for the rules)."""
 
-    def __init__(self, base: Database, ours: Database, theirs: Database, resolve: Resolver) -> None:
+    def __init__(
+        self,
+        base: Database,
+        ours: Database,
+        theirs: Database,
+        resolve: Resolver,
+        base_label: str | None = None,
+    ) -> None:
         self.base, self.ours, self.theirs = base, ours, theirs
+        # How errors name the base; a virtual one (merged bases) is named by its parts.
+        self.base_label = base_label
         self.resolve = resolve
         self.result = ours
         self.conflicts: dict[str, pa.Table] = {}
@@ -254,12 +282,16 @@ class _Merge:
     def _error(self) -> MergeConflictError:
         parts = [f"{n}: {n_rows.num_rows} keys" for n, n_rows in self.conflicts.items()]
         parts += [f"{n or 'database metadata'}: {why}" for n, why in self.table_conflicts.items()]
+        base = (
+            f"{self.base.name!r} version {self.base.version}"
+            if not self.base.dirty
+            else f"the merge of {self.base_label or 'its several best merge bases'}"
+        )
         return MergeConflictError(
             f"merging {self.theirs.name!r} version {self.theirs.version} into "
-            f"{self.ours.name!r} version {self.ours.version} (base: {self.base.name!r} version "
-            f"{self.base.version}) found conflicts ({'; '.join(parts)}); nothing was "
-            "committed: resolve them with resolve='ours', 'theirs' or a function"
-            + (TABLE_CONFLICT_HINT if self.table_conflicts else ""),
+            f"{self.ours.name!r} version {self.ours.version} (base: {base}) found conflicts "
+            f"({'; '.join(parts)}); nothing was committed: resolve them with resolve='ours', "
+            "'theirs' or a function" + (TABLE_CONFLICT_HINT if self.table_conflicts else ""),
             {n: t for n, t in self.conflicts.items()},
             self.table_conflicts,
         )
@@ -375,7 +407,7 @@ class _Merge:
                     if chosen is None:
                         deletes.append(conflict["key"])
                     else:
-                        records.append({**chosen, o.root.key_field: conflict["key"]})
+                        records.append({**chosen, **_key_fields(o.key, conflict["key"])})
             elif self.resolve == "fail":
                 self.conflicts[name] = merge.conflict_table()
                 return
@@ -427,19 +459,75 @@ def _base(conn: Connection, ours: Database, theirs: Database, base: Any) -> Data
     from merkle.db.database import Database
 
     if base is None:
-        found = Lineage(conn).merge_base(ours.entry, theirs.entry)
-        if found is None:
+        lineage = Lineage(conn)
+        found = lineage.merge_bases([ours.entry], [theirs.entry])
+        if not found:
             raise NotFoundError(
                 f"{ours.name!r} and {theirs.name!r} have no common ancestor in the journals "
                 "(unrelated, or the history was trimmed); pass base= (a Database or a "
                 f"version of {ours.name!r})"
             )
-        return conn.open_db(found.db, version=found.version)
+        if len(found) > 1:
+            return _virtual_base(conn, lineage, found, 0)
+        return conn.open_db(found[0].db, version=found[0].version)
     if isinstance(base, Database):
         return base
     if isinstance(base, int) and not isinstance(base, bool):
         return conn.open_db(ours.name, version=base)
     raise UsageError(f"base must be a Database or a version number, got {base!r}")
+
+
+def _names(entries: list[JournalEntry]) -> str:
+    return ", ".join(f"{e.db!r} version {e.version}" for e in entries)
+
+
+def _virtual_base(
+    conn: Connection, lineage: Lineage, bases: list[JournalEntry], depth: int
+) -> Database:
+    """The merge of several best merge bases (a criss-cross merge), uncommitted: the
+    base git's recursive strategy uses. Taking any one of them instead would make the
+    other's changes look like changes of the side that merged it, so a change made
+    after the criss-cross (a value set back) would be lost without a conflict.
+
+    The bases are merged one by one, each pair from their own merge bases (merged
+    the same way when several); a conflict between them raises MergeConflictError
+    asking for ``base=``: there is no base value to merge from without a choice.
+    """
+    merged = conn.open_db(bases[0].db, version=bases[0].version)
+    done = [bases[0]]
+    for entry in bases[1:]:
+        other = conn.open_db(entry.db, version=entry.version)
+        common = lineage.merge_bases(done, [entry])
+        why = None
+        if not common:
+            why = "they have no common ancestor in the journals"
+        elif len(common) > 1 and depth >= _DEPTH:
+            why = f"their own merge bases nest more than {_DEPTH} criss-crosses deep"
+        if why is None:
+            below = (
+                _virtual_base(conn, lineage, common, depth + 1)
+                if len(common) > 1
+                else conn.open_db(common[0].db, version=common[0].version)
+            )
+            try:
+                merged = _Merge(below, merged, other, "fail", _names(common)).run()
+            except MergeConflictError as e:
+                raise MergeConflictError(
+                    f"the merge has several best merge bases ({_names(bases)}: each side "
+                    "merged the other, a criss-cross), and merging them into one base "
+                    f"conflicts ({e}); pass base= explicitly (a Database, or a version of "
+                    "the database merged into) to say which to merge from",
+                    e.conflicts,
+                    e.table_conflicts,
+                ) from e
+        if why is not None:
+            raise MergeConflictError(
+                f"the merge has several best merge bases ({_names(bases)}) that cannot be "
+                f"merged into one: {why}; pass base= explicitly (a Database, or a version "
+                "of the database merged into) to say which to merge from"
+            )
+        done.append(entry)
+    return merged
 
 
 def _earlier_in_this_life(theirs: Database, ours: Database) -> bool:
@@ -477,7 +565,7 @@ def merge(
         if _earlier_in_this_life(theirs, ours):
             return ours  # an ancestor: nothing of it is missing
         common = _base(conn, ours, theirs, base)
-        if common.root == theirs.root:
+        if not common.dirty and common.root == theirs.root:
             return ours  # nothing new on their side
         result = _Merge(common, ours, theirs, resolve).run()
         text = message or f"merge {theirs.name} version {theirs.version} into {into}"

@@ -12,7 +12,11 @@ table, settled by ``"ours"``/``"theirs"`` or reported:
   field, two widenings);
 * a field dropped (or renamed, which is a drop and an add) on one side
   while the other side changed the table: merging would silently lose the
-  other side's values of that field.
+  other side's values of that field;
+* a field gone on both sides while the two schemas still differ: renamed to
+  two names, or dropped on one side and renamed on the other, cannot be told
+  from two unrelated changes (dropped on both sides with otherwise identical
+  schemas is no conflict: the schemas agree).
 """
 
 from __future__ import annotations
@@ -81,6 +85,17 @@ def merge_schemas(base: Table | None, ours: Table, theirs: Table) -> SchemaMerge
     if o == t:
         return SchemaMerge(None, None)
     result: dict[str, pa.Field] = {}
+    gone = [n for n in b if n not in o and n not in t]
+    if gone:
+        # Without field identities a rename is a drop and an add: two renames of one
+        # field (or a drop and a rename) would keep both new names, or bring a dropped
+        # field back under another name, with the field's values split between them.
+        return SchemaMerge(
+            None,
+            None,
+            f"field {gone[0]!r} was dropped or renamed on both sides and the schemas "
+            "differ otherwise (a rename cannot be told from a drop and an add)",
+        )
     for name in [*o, *(n for n in t if n not in o)]:
         bf, of, tf = b.get(name), o.get(name), t.get(name)
         if of is None or tf is None:

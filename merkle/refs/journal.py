@@ -370,13 +370,25 @@ class RefManager(JournalReader):
         *,
         author: str | None = None,
         message: str | None = None,
+        entry: JournalEntry | None = None,
     ) -> JournalEntry:
         """Create ``target`` at the root of ``source`` (its head, or ``version``): O(1).
 
         The new entry records ``forked_from = {"db": source, "version": n}``.
         ``target`` must not exist or must be dropped (the journal continues).
+        ``entry``: the source version's entry when the caller holds it already,
+        e.g. a tag's copy of a version retention trimmed from the journal (the
+        caller checks, under its writer lease, that the version is still kept).
         """
-        src = self.head(source) if version is None else self.get(source, version)
+        if entry is not None:
+            if entry.db != source or (version is not None and entry.version != version):
+                raise UsageError(
+                    f"clone of {source!r} version {version} was given the entry of "
+                    f"{entry.db!r} version {entry.version}"
+                )
+            src: JournalEntry | None = entry
+        else:
+            src = self.head(source) if version is None else self.get(source, version)
         if src is None:
             raise NotFoundError(f"cannot clone database {source!r}: it does not exist")
         if src.dropped:

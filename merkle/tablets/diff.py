@@ -16,6 +16,7 @@ form, so a merge can write them back as they are.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
 from collections import deque
@@ -28,6 +29,7 @@ import pyarrow as pa
 from merkle.blocks.cid import CID
 from merkle.lazy import compute as pc
 from merkle.tablets.batch import load_batch
+from merkle.tablets.evolve import can_widen
 from merkle.tablets.keyindex import KeyIndex, as_u64, combine
 from merkle.tablets.nodes import ChildRef
 from merkle.tablets.rows import SortedRows, merge_changes
@@ -334,6 +336,7 @@ def rows_equal(left: pa.Table, right: pa.Table, key_field: str) -> np.ndarray:
     n = left.num_rows
     if not n:
         return np.zeros(0, dtype=bool)
+    left, right = _under_newer_types(left, right, key_field)
     both = concat_segments([left, right], key_field=key_field)
     a, b = both.slice(0, n), both.slice(n, n)
     equal = np.ones(n, dtype=bool)
@@ -350,6 +353,28 @@ def rows_equal(left: pa.Table, right: pa.Table, key_field: str) -> np.ndarray:
             same |= check & _values_equal(x, y, field, check, name, a, b)
         equal &= same
     return equal
+
+
+def _under_newer_types(left: pa.Table, right: pa.Table, key: str) -> tuple[pa.Table, pa.Table]:
+    """Both row tables with a field one side widened (int32 -> float64, ...) cast to the
+    wider type on the other side too: a widening keeps every value, so a record read
+    before ``alter_schema(widen=)`` equals it read after (compared as they were, the
+    types met as CBOR, ``1`` differed from ``1.0``, a widening alone updated every
+    record and a merge against it found spurious row conflicts)."""
+    sides = [left, right]
+    for name in set(left.column_names) & set(right.column_names) - {key}:
+        types = [side.schema.field(name).type for side in sides]
+        for narrow, wide in ((0, 1), (1, 0)):
+            if types[0] != types[1] and can_widen(types[narrow], types[wide]):
+                side = sides[narrow]
+                field = side.schema.field(name).with_type(types[wide])
+                with contextlib.suppress(pa.ArrowNotImplementedError, pa.ArrowInvalid):
+                    column = side.column(name).cast(types[wide])
+                    sides[narrow] = side.set_column(
+                        side.schema.get_field_index(name), field, column
+                    )
+                break
+    return sides[0], sides[1]
 
 
 def _values_equal(

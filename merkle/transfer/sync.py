@@ -13,7 +13,8 @@ For each source version to send, oldest first:
    from in ``meta["synced_from"]`` (``{lake, db, version, root}``).
 
 The destination must be absent, dropped, or at a version the source's
-journal holds (the same root at or before the version sent), or at one a
+journal holds (the same root at or before the version sent, or in the
+history a merge at or before it brought in: pull, merge, push), or at one a
 sync from this source wrote that retention has since trimmed at the source
 (its entry, past any collection fences, records ``synced_from`` this lake,
 database and root, in the current life of the database there): anything
@@ -25,11 +26,12 @@ looks up (never copies again) what arrived.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from merkle.blocks.cid import CID
+from merkle.db.ancestry import Lineage, kept_entry
 from merkle.db.landing import land
 from merkle.errors import ConflictError, NotFoundError, UsageError
 from merkle.refs import JournalConflictError, JournalEntry, WriterTicket, check_db_name
@@ -83,7 +85,9 @@ def _lineage(src: Connection, db: str, version: int | None) -> list[JournalEntry
     if version is not None:
         entries = [e for e in entries if e.version <= version]
         if not entries or entries[0].version != version:
-            src.refs.get(db, version)  # raises the precise error (trimmed, never existed)
+            # Trimmed by retention: a tag may keep it (then it is sent alone: its reader
+            # lease in _send checks, before any block is read, that it is still kept).
+            return [kept_entry(src, db, version)]  # else the journal's precise error
     line: list[JournalEntry] = []
     for entry in entries:  # newest first; stop at the drop that ended an earlier life
         if entry.dropped:
@@ -119,7 +123,31 @@ def _to_send(
         return rest if history else [last]
     if _pushed_before_retained(src, dst, db, line, head, target):
         return line if history else [last]
+    merged = _merged_head(src, line, head)  # walks merged histories: the last resort
+    if merged is not None:
+        return line[merged:] if history else [last]
     raise _diverged(src, db, line, head, target, _synced_from(dst, target, head))
+
+
+def _merged_head(src: Connection, line: list[JournalEntry], head: JournalEntry) -> int | None:
+    """Where in ``line`` the destination's head state was merged in: the index of the
+    oldest entry whose merge parents (``merged_from``, followed back through every
+    parent) reach a version at the head's root, or None.
+
+    That is the "pull, merge, push" recovery: the other lake's head pulled under
+    another name and merged into the database is in the history of every version
+    from the merge on, so sending those is a fast-forward (the versions before the
+    merge are not sent: the destination never had them, and went on without them).
+    """
+    lineage = Lineage(src)
+    searched: set[Hashable] = set()
+    for i, entry in enumerate(line):
+        if entry.merged_from is None:
+            continue
+        parent = lineage.entry(entry.merged_from["db"], entry.merged_from["version"])
+        if parent is not None and lineage.holding_root(parent, str(head.root), searched):
+            return i
+    return None
 
 
 def _synced_from(dst: Connection, target: str, head: JournalEntry) -> dict[str, Any] | None:
@@ -196,7 +224,11 @@ def _diverged(
     """
     last = line[-1]
     where = f"destination database {target!r} is at version {head.version} (root {head.root})"
-    advice = "Pull it and merge, or send under another name (as_name=, --as)"
+    advice = (
+        f"Pull it under another name (e.g. {target + '-origin'!r}), merge that into "
+        f"{db!r} and push again (a merge of the destination's head is a fast-forward), "
+        "or send under another name (as_name=, --as)"
+    )
     if (
         record is not None
         and record.get("lake") == src.uri
@@ -278,12 +310,19 @@ def _send(
     assert entry.root is not None
     root = CID.parse(entry.root)
     meta: dict[str, Any] = dict(entry.meta)
-    meta["synced_from"] = {
+    record: dict[str, Any] = {
         "lake": src.uri,
         "db": entry.db,
         "version": entry.version,
         "root": entry.root,
     }
+    # Where a version synced more than once was committed (``synced_origin``, kept along
+    # the chain): pushed and pulled back, it is the local version it came from (see
+    # merkle.db.ancestry, Lineage.identity). A first sync's synced_from says it already.
+    before = entry.meta.get("synced_origin", entry.meta.get("synced_from"))
+    if isinstance(before, dict):
+        meta["synced_origin"] = before
+    meta["synced_from"] = record
     live = planned is not None and not planned.dropped
     with src.open_db(entry.db, version=entry.version, lease=True):
 
