@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
+from merkle.errors import SchemaError
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.table import Table
 from merkle.tablets.tree import LeafSlice
@@ -70,7 +71,9 @@ class _TabletFiles(pafs.FileSystemHandler):  # type: ignore[misc]
         index = int(path.removeprefix("tablet-").removesuffix(".arrow"))
         table = self.table
         overlay = table.overlay()
-        rows = table.present(table._tree().materialize(self.leaves[index], overlay, None))
+        rows = _one_dictionary(
+            table.present(table._tree().materialize(self.leaves[index], overlay, None))
+        )
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, rows.schema) as writer:
             writer.write_table(rows)
@@ -95,6 +98,39 @@ class _TabletFiles(pafs.FileSystemHandler):  # type: ignore[misc]
     delete_file = move = copy_file = open_output_stream = open_append_stream = _read_only
 
 
+def _one_dictionary(rows: pa.Table) -> pa.Table:
+    """``rows`` with one dictionary per dictionary field, as an IPC file must hold them.
+
+    A tablet's rows come as several chunks (pages, pending batches), each
+    dictionary field with its own dictionary; an Arrow IPC *file* allows one
+    per field, so they are unified (same index type). When the tablet holds
+    more distinct values than that index type numbers, no file can: a
+    SchemaError names the field and the widening that makes room.
+    """
+    if not any(pa.types.is_dictionary(f.type) for f in rows.schema):
+        return rows
+    try:
+        return rows.unify_dictionaries()
+    except pa.ArrowInvalid:
+        pass
+    for field, column in zip(rows.schema, rows.columns, strict=True):
+        if not pa.types.is_dictionary(field.type):
+            continue
+        try:
+            pa.table([column], names=[field.name]).unify_dictionaries()
+        except pa.ArrowInvalid:
+            kind = field.type
+            value = f"pa.{kind.value_type}()" if str(kind.value_type).isidentifier() else "..."
+            raise SchemaError(
+                f"a tablet holds more distinct values of dictionary field {field.name!r} "
+                f"than its index type {kind.index_type} numbers, and a dataset() fragment "
+                f"holds one dictionary per field: widen the field (alter_schema(table, "
+                f"widen={{{field.name!r}: pa.dictionary(pa.int32(), {value})}})), or read "
+                f"it with to_arrow/to_batches"
+            ) from None
+    return rows.unify_dictionaries()
+
+
 def _unreversed(codec: KeyCodec) -> tuple[KeyCodec, bool]:
     flipped = False
     while hasattr(codec, "inner"):
@@ -102,8 +138,9 @@ def _unreversed(codec: KeyCodec) -> tuple[KeyCodec, bool]:
     return codec, flipped
 
 
-def _key_range(table: Table, leaf: LeafSlice) -> ds.Expression | None:
-    """What a leaf's rows satisfy on the (first) key field: its key range as an expression."""
+def _key_range(table: Table, leaf: LeafSlice, kind: pa.DataType) -> ds.Expression | None:
+    """What a leaf's rows satisfy on the (first) key field (of Arrow type ``kind``): its key
+    range as an expression."""
     codec = table.codec
     if codec is None or (leaf.lo is None and leaf.hi is None):
         return None
@@ -121,12 +158,15 @@ def _key_range(table: Table, leaf: LeafSlice) -> ds.Expression | None:
     elif hasattr(base, "components"):
         return None  # a tuple-valued key field: no pruning
     field = ds.field(key.fields[0])
+    lo, hi = _as_field_type(lo, kind), _as_field_type(hi, kind)
     if flipped:
         lo, hi = hi, lo
         lower_strict, upper_strict = strict, False
     else:
         lower_strict, upper_strict = False, strict
     terms = []
+    if lo is None and hi is None:
+        return None
     if lo is not None:
         terms.append(field > lo if lower_strict else field >= lo)
     if hi is not None:
@@ -135,6 +175,30 @@ def _key_range(table: Table, leaf: LeafSlice) -> ds.Expression | None:
     for term in terms[1:]:
         expression = expression & term
     return expression
+
+
+def _as_field_type(value: Any, kind: pa.DataType) -> pa.Scalar | None:
+    """A decoded key bound as a scalar of the key field's Arrow type, or None (no bound).
+
+    Key codecs decode to one Python type per family (a UTC-aware microsecond
+    datetime, an int, a float, a str): compared as it is with a naive,
+    zoned, second or nanosecond timestamp field (or ``timestamp < scalar``
+    of another zone) Arrow refuses the expression. A bound the field's type
+    cannot hold exactly is dropped: pruning is only an optimisation, and a
+    looser bound never loses a row.
+    """
+    if value is None:
+        return None
+    try:
+        scalar = pa.scalar(value)
+        if scalar.type == kind:
+            return scalar
+        cast = scalar.cast(kind, safe=False)
+        if cast.cast(scalar.type, safe=False) != scalar:
+            return None
+        return cast
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return None
 
 
 def table_dataset(table: Table) -> tuple[ds.Dataset, _TabletFiles]:
@@ -146,7 +210,8 @@ def table_dataset(table: Table) -> tuple[ds.Dataset, _TabletFiles]:
     handler = _TabletFiles(table, leaves)
     filesystem = pafs.PyFileSystem(handler)
     paths = [f"tablet-{i}.arrow" for i in range(len(leaves))]
-    partitions = [_key_range(table, leaf) for leaf in leaves]
+    kind = schema.field(table.key.fields[0]).type if leaves else pa.null()
+    partitions = [_key_range(table, leaf, kind) for leaf in leaves]
     dataset = ds.FileSystemDataset.from_paths(
         paths,
         schema=schema,

@@ -4,7 +4,9 @@ Writing (:func:`conform_arrow`, :func:`conform_records`): every value must
 fit its field's type exactly (an int64 column fits an int32 field when every
 value is in range; ``"12"`` never fits an int field; 1.5 never fits an int
 field); a field the schema lacks is added, nullable, with the type the data
-has; a schema-free field takes any value as CBOR. A value that does not fit
+has (an all-null Arrow column: type null, which a later write of values
+replaces by their type, see :func:`typed_names`); a schema-free field takes
+any value as CBOR. A value that does not fit
 is a :class:`~merkle.errors.SchemaError` naming the field, the record's key
 and the value (one column is fitted in :mod:`merkle.tablets.fitcolumn`). The
 result is in segment form: the key column first (in the key codec's type; a
@@ -187,7 +189,7 @@ def conform_arrow(
     names = table.column_names
     _check_names(names, key)
     schema = schema if schema is not None else pa.schema([])
-    known = set(schema.names)
+    known = typed_names(schema)
     for name in key.fields:
         if name not in names:
             raise UsageError(
@@ -237,8 +239,10 @@ def conform_arrow(
         elif is_cbor_field(field) or (new_free and not pa.types.is_null(field.type)):
             target = cbor_field(name)
             new_fields.append(target)
-        elif pa.types.is_null(field.type):
-            continue  # no type to learn yet
+        elif pa.types.is_null(field.type):  # kept, of type null: no type to learn yet
+            declared = name in schema.names
+            target = schema.field(name) if declared else pa.field(name, pa.null())
+            new_fields.append(target)
         else:
             kind = declarable_type(field.type)
             target = pa.field(name, kind, nullable=True, metadata=field.metadata)
@@ -269,10 +273,27 @@ def _combined(column: Any) -> pa.Array:
 
 def _extend(schema: pa.Schema, fields: Sequence[pa.Field]) -> pa.Schema:
     """``schema`` (metadata kept) with ``fields`` after its own, built once: appending
-    them one by one copies the schema each time, quadratic in the number of fields."""
+    them one by one copies the schema each time, quadratic in the number of fields.
+
+    A field of ``fields`` that ``schema`` has already (of type null: it had no type
+    to learn, see :func:`typed_names`) takes its place, so it keeps its position.
+    """
     if not fields:
         return schema
-    return pa.schema([*schema, *fields], metadata=schema.metadata)
+    learned = {f.name: f for f in fields}
+    have = [learned.pop(f.name, f) for f in schema]
+    return pa.schema([*have, *learned.values()], metadata=schema.metadata)
+
+
+def typed_names(schema: pa.Schema) -> set[str]:
+    """The fields of ``schema`` whose type is known: every field not of type null.
+
+    A field of type null (declared so, written as an all-null Arrow column, or
+    a key field before the first write) has had no type to learn: a write of
+    values gives it the type they have, as a new field would get, in its place.
+    Every value it held is null, a value of any type, so nothing stored changes.
+    """
+    return {f.name for f in schema if not pa.types.is_null(f.type)}
 
 
 def conform_records(
@@ -320,7 +341,7 @@ def conform_records(
                 first_seen.setdefault(name, len(first_seen))
             values[position] = item
     _check_names(list(columns), key)
-    known = set(schema.names)
+    known = typed_names(schema)
     if codec is None:
         if all(name in known for name in key.fields):
             codec = codec_for_types([schema.field(name).type for name in key.fields])
@@ -427,11 +448,12 @@ def present(
         return raw
     count = raw.num_rows
     key_column = raw.column(key.column)
-    parts = (
-        {name: pc.struct_field(key_column, [i]) for i, name in enumerate(key.fields)}
-        if key.composite
-        else {key.fields[0]: key_column}
-    )
+    if not key.composite:
+        parts = {key.fields[0]: key_column}
+    elif pa.types.is_struct(key_column.type):
+        parts = {name: pc.struct_field(key_column, [i]) for i, name in enumerate(key.fields)}
+    else:  # no codec chosen yet (a table never written): no rows, no struct
+        parts = {name: pa.nulls(count) for name in key.fields}
     arrays = []
     chosen = _wanted(schema, key, fields)
     for field in chosen:

@@ -3,7 +3,10 @@
 The rules, as Delta Lake users know them:
 
 - **add** a field: always nullable (existing records have no value); a
-  field of that name must not exist. Nothing is rewritten.
+  field of that name must not exist, nor carry merkle-db's own metadata
+  (``merkle.*``) other than as :func:`~merkle.tablets.schema.free_field`
+  makes it. Nothing is rewritten. Before a table's first write (no schema
+  yet) its key fields come first, of type null (an ``add`` of one types it).
 - **make nullable**: a non-nullable field accepts nulls from now on.
   Nothing is rewritten.
 - **widen** a field to a type that holds every value of the old one:
@@ -13,8 +16,10 @@ The rules, as Delta Lake users know them:
   binary -> large_binary, date32 -> date64; a dictionary field to a
   wider index type (int8 -> int16, ...) and a value type it widens to, or to
   that value type itself (dictionary<int8, string> -> string): segments
-  store dictionaries decoded, so only the root changes in meaning. Anything
-  narrower is a :class:`~merkle.errors.SchemaError`.
+  store dictionaries decoded, so only the root changes in meaning; a field of
+  type null to any type. Anything narrower is a
+  :class:`~merkle.errors.SchemaError`, and so is a key field widened to a type
+  of another key codec (int32 -> float64: stored keys stay ``int``-encoded).
 - **rename** a field (not a key field) to a free name.
 - **drop** a field (not a key field).
 - **free** a field: it becomes schema-free (any value, CBOR); existing values
@@ -27,16 +32,19 @@ add and make-nullable change only the table root.
 
 from __future__ import annotations
 
+import datetime
+import zoneinfo
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from merkle.errors import SchemaError
+from merkle.errors import SchemaError, UsageError
 from merkle.tablets.conform import KeyLayout
 from merkle.tablets.dicts import index_capacity
-from merkle.tablets.schema import free_field, is_free, storage_type
+from merkle.tablets.keys import infer_key_codec_arrow
+from merkle.tablets.schema import check_field_metadata, free_field, is_free, storage_type
 from merkle.tablets.segment import cbor_array, cbor_field, column_values
 
 __all__ = ["SchemaChange", "can_widen", "plan_change", "rewrite_rows"]
@@ -79,6 +87,7 @@ class SchemaChange:
         added = []
         for item in _listed(add, "add"):
             if isinstance(item, pa.Field):
+                check_field_metadata(item, "alter_schema(add=...)")
                 added.append(item.with_nullable(True))
             elif isinstance(item, tuple) and len(item) == 2:
                 added.append(pa.field(str(item[0]), _type(item[1], str(item[0]))))
@@ -141,8 +150,8 @@ _UNSIGNED = [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
 def can_widen(old: pa.DataType, new: pa.DataType) -> bool:
     """Whether every value of ``old`` is a value of ``new`` (see the module doc)."""
     types = pa.types
-    if old == new:
-        return True
+    if old == new or types.is_null(old):
+        return True  # null's one value (null) is a value of every type
     if types.is_dictionary(old):
         if not types.is_dictionary(new):
             return can_widen(old.value_type, new)
@@ -191,7 +200,10 @@ def plan_change(
     change: SchemaChange,
 ) -> Plan:
     """The schema ``change`` makes of ``schema``; SchemaError for a change the rules forbid."""
-    fields = list(schema) if schema is not None else []
+    # No schema yet (created without one, never written): the key fields come first, as a
+    # first write would put them, of type null until a write (or an add of them) types them.
+    fields = list(schema) if schema is not None else [pa.field(n, pa.null()) for n in key.fields]
+    untyped_keys = set(key.fields) if schema is None else set()
 
     def index(name: str, what: str) -> int:
         names = [f.name for f in fields]
@@ -204,6 +216,10 @@ def plan_change(
             raise SchemaError(f"cannot {what} {name!r}: it is a key field")
 
     for new in change.add:
+        if new.name in untyped_keys:
+            untyped_keys.discard(new.name)
+            fields[index(new.name, "add")] = new
+            continue
         if new.name in [f.name for f in fields]:
             raise SchemaError(f"cannot add field {new.name!r}: the table has it already")
         if key.composite and new.name == key.column:
@@ -233,6 +249,8 @@ def plan_change(
                 f"float32 -> float64, int -> float64, decimal precision, large types, a wider "
                 f"dictionary index or the dictionary's value type)"
             )
+        if name in key.fields:
+            _check_key_widen(name, old.type, kind)
         fields[i] = old.with_type(kind)
         if name not in key.fields:
             retyped[name] = storage_type(kind)
@@ -262,9 +280,41 @@ def plan_change(
     )
 
 
+def _check_key_widen(name: str, old: pa.DataType, new: pa.DataType) -> None:
+    """SchemaError unless key field ``name`` of type ``old`` may become ``new``.
+
+    Stored keys are encoded by the table's key codec, chosen from the key
+    field's type; a widening that calls for another codec (int32 -> float64:
+    ``int`` to ``float``) would leave every stored key, and the codec, as they
+    were while the schema said otherwise. So a key field widens only within
+    its codec (wider integers, string -> large_string, binary -> large_binary,
+    float32 -> float64); a key field of type null (never written) takes any
+    key type.
+    """
+    try:
+        target = infer_key_codec_arrow(new).spec
+        source = None if pa.types.is_null(old) else infer_key_codec_arrow(old).spec
+    except UsageError:
+        target, source = "", "?"
+    if source is None or source == target:
+        return
+    raise SchemaError(
+        f"cannot widen key field {name!r} from {old} to {new}: its stored keys are encoded as "
+        f"{source!r} keys, and {new} would need {target or 'a codec no key type has'!r}; a key "
+        f"field widens only to a type of the same key codec (a wider integer, string -> "
+        f"large_string, binary -> large_binary, float32 -> float64): copy the table into a "
+        f"new one keyed by the new type instead"
+    )
+
+
 def rewrite_rows(rows: pa.Table, plan: Plan, key_column: str) -> pa.Table:
     """Stored rows of one tablet changed by ``plan`` (columns still sorted by name)."""
     columns: dict[str, tuple[pa.Field, Any]] = {}
+
+    def record_name(i: int) -> str:
+        key = rows.column(key_column)[i].as_py()
+        return f"the record with key {tuple(key.values()) if isinstance(key, dict) else key!r}"
+
     for stored, column in zip(rows.schema, rows.columns, strict=True):
         name = stored.name
         if name == key_column:
@@ -273,8 +323,11 @@ def rewrite_rows(rows: pa.Table, plan: Plan, key_column: str) -> pa.Table:
             continue
         name = plan.renamed.get(name, name)
         if name in plan.freed:
-            values = column_values(pa.table([column], schema=pa.schema([stored])), stored.name)
-            columns[name] = (cbor_field(name), cbor_array(name, values, lambda i: f"row {i}"))
+            values = _in_zone(
+                column_values(pa.table([column], schema=pa.schema([stored])), stored.name),
+                stored.type,
+            )
+            columns[name] = (cbor_field(name), cbor_array(name, values, record_name))
         elif name in plan.retyped:
             kind = plan.retyped[name]
             columns[name] = (pa.field(name, kind), column.cast(kind))
@@ -285,3 +338,25 @@ def rewrite_rows(rows: pa.Table, plan: Plan, key_column: str) -> pa.Table:
         [rows.column(key_column), *(columns[n][1] for n in names)],
         schema=pa.schema([rows.schema.field(key_column), *(columns[n][0] for n in names)]),
     )
+
+
+def _in_zone(values: list[Any], kind: pa.DataType) -> list[Any]:
+    """Datetimes of a zoned timestamp field in the field's zone, not UTC, before ``free``.
+
+    Records of a ``tz="America/New_York"`` field hold New York times; CBOR
+    keeps a datetime's offset, so freed values keep their wall time and offset
+    (CBOR has no zone names: the offset is what remains of the zone).
+    """
+    if not pa.types.is_timestamp(kind) or kind.tz in (None, "UTC", "+00:00"):
+        return values
+    try:
+        zone: datetime.tzinfo = zoneinfo.ZoneInfo(kind.tz)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        try:
+            offset = datetime.datetime.strptime(kind.tz.replace(":", ""), "%z").tzinfo
+        except ValueError:
+            return values
+        if offset is None:
+            return values
+        zone = offset
+    return [v.astimezone(zone) if isinstance(v, datetime.datetime) else v for v in values]

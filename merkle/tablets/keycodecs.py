@@ -455,6 +455,14 @@ class ReverseCodec(KeyCodec):
     def _encode_delimited(self, value: Any) -> bytes:
         return self.inner._encode_delimited(value).translate(_COMPLEMENT)
 
+    def encode_prefix(self, value: Any) -> bytes | None:
+        """The complement of the inner codec's prefix: ``reverse(tuple(int,str))`` encodes
+        ``(a, b)`` as the complement of ``enc(a) + enc(b)``, so every key whose first
+        component is ``a`` starts with the complement of ``enc(a)`` (delimited forms are
+        prefix-free), and those keys are one contiguous run in the reversed order too."""
+        inner = self.inner.encode_prefix(value)
+        return None if inner is None else inner.translate(_COMPLEMENT)
+
     def _decode_delimited(self, data: bytes, pos: int) -> tuple[Any, int]:
         value, used = self.inner._decode_delimited(data[pos:].translate(_COMPLEMENT), 0)
         return value, pos + used

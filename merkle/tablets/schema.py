@@ -30,6 +30,7 @@ from merkle.errors import IntegrityError, SchemaError
 from merkle.tablets.segment import cbor_field, is_cbor_field
 
 __all__ = [
+    "check_field_metadata",
     "check_schema",
     "composite_column",
     "decode_schema",
@@ -141,7 +142,36 @@ def check_schema(schema: Any, key: str | Sequence[str] = ()) -> pa.Schema | None
     if repeated:
         raise SchemaError(f"the schema names fields {repeated} more than once")
     key_schema_fields(schema, [key] if isinstance(key, str) else list(key))
+    for field in schema:
+        check_field_metadata(field, "create_table(schema=...)")
     return schema.remove_metadata()
+
+
+#: Field metadata keys that start so are merkle-db's own (``merkle.encoding``).
+RESERVED_METADATA_PREFIX = b"merkle."
+
+
+def check_field_metadata(field: pa.Field, where: str) -> None:
+    """SchemaError when a user-given field carries merkle-db's own metadata other than as
+    :func:`free_field` makes it.
+
+    ``merkle.encoding: cbor`` marks a column of CBOR values: on a field of any
+    other type, or next to other ``merkle.*`` keys, every write to the field
+    would fail inside Arrow. A field exactly as ``free_field`` gives it is
+    the documented way to declare a schema-free field, and is accepted.
+    """
+    metadata = field.metadata or {}
+    reserved = sorted(k for k in metadata if k.startswith(RESERVED_METADATA_PREFIX))
+    if not reserved or free_field(field.name).equals(field, check_metadata=True):
+        return
+    if field.with_nullable(True).equals(free_field(field.name), check_metadata=True):
+        return
+    names = ", ".join(k.decode("utf-8", "replace") for k in reserved)
+    raise SchemaError(
+        f"{where}: field {field.name!r} carries metadata {names}, which merkle-db reserves "
+        f"for its own use: drop that metadata; to make a field schema-free use "
+        f"merkle.free_field({field.name!r}) or alter_schema(table, free=[{field.name!r}])"
+    )
 
 
 def with_free_fields(
