@@ -22,8 +22,8 @@ from merkle.blocks.walk import missing_below
 from merkle.db.ancestry import kept_entry
 from merkle.db.database import Database
 from merkle.db.dbroot import DbRoot
-from merkle.db.inputs import check_metadata
-from merkle.db.lakeconfig import lake_config
+from merkle.db.inputs import check_count, check_flag, check_metadata
+from merkle.db.lakeconfig import lake_config, lake_sizes
 from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError
 from merkle.lazy import OnFirstUse
 from merkle.refs import JournalConflictError, JournalEntry, RefManager
@@ -78,6 +78,7 @@ class Connection:
         workers: int = DEFAULT_WORKERS,
         create: bool = True,
     ) -> None:
+        cache_bytes, workers = lake_sizes(cache_bytes, workers)
         self.store = store
         config = lake_config(store, hash, create)
         self.hash: str = config["hash"]
@@ -198,8 +199,8 @@ class Connection:
         Versions that retention trimmed from the journal but a tag keeps are
         listed too (from the tag's copy of their entry), below the journal's.
         """
-        if limit == 0 and not isinstance(limit, bool):
-            raise UsageError("limit must be at least 1 (None lists every version)")
+        if limit is not None:  # None lists every version
+            limit = check_count(limit, "limit", 1)
         entries = self.refs.history(name, limit)
         if not entries:
             raise NotFoundError(f"there is no database {name!r} in {self.uri}")
@@ -277,7 +278,7 @@ class Connection:
             if tag is None
             else self._tagged(name, tag, version, at)
         )
-        if not lease or entry.root is None:
+        if not check_flag(lease, "open_db(lease=)") or entry.root is None:
             return self._database(entry)
         # Lease first, then check the entry is still in the journal, and only then read
         # any block: a collection that trimmed the version either saw the lease or made
@@ -574,6 +575,7 @@ def connect(
     With ``create=False`` a location that holds no lake is a NotFoundError
     instead of becoming a new, empty lake.
     """
+    lake_sizes(cache_bytes, workers)  # before the store is opened
     store = open_store(uri, **options)
     try:
         return Connection(store, hash=hash, cache_bytes=cache_bytes, workers=workers, create=create)

@@ -10,10 +10,14 @@ not data and is dropped.
 
 from __future__ import annotations
 
+import contextlib
+import math
+import operator
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from merkle.blocks.codec import encode_node
@@ -25,8 +29,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "as_rows",
+    "check_count",
     "check_field_name",
     "check_fields",
+    "check_flag",
     "check_key_fields",
     "check_keys",
     "check_known_fields",
@@ -114,7 +120,7 @@ def as_rows(
                 f"record {i} for table {table!r} is a {type(record).__name__}, not a dict"
             )
         value = key.key_of(record)
-        if value is None or (key.composite and None in value):
+        if value is None or (key.composite and any(part is None for part in value)):
             what = (
                 f"the key fields {list(key.fields)}"
                 if key.composite
@@ -136,11 +142,52 @@ def _key_fields(key: KeyLayout, value: Any, record: Mapping[str, Any]) -> dict[s
     else:
         parts = {key.fields[0]: value}
     for name, part in parts.items():
-        if name in record and record[name] != part:
+        if name in record and not _same(record[name], part):
             raise UsageError(
                 f"record under key {value!r} holds {name}={record[name]!r}: the two must agree"
             )
     return parts
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether two key values are equal; a comparison that raises or gives no plain bool
+    (a numpy array, an object with an odd ``__eq__``) counts as different."""
+    try:
+        result = a == b
+        return bool(result) if isinstance(result, bool | np.bool_) else False
+    except Exception:  # any user type's __eq__ may raise anything
+        return False
+
+
+def check_flag(value: Any, what: str) -> bool:
+    """A yes/no argument as a bool: a bool or numpy bool; anything else is a UsageError
+    (a truthy ``"no"`` would otherwise turn the flag on)."""
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    raise UsageError(f"{what} must be True or False, got {type(value).__name__} {value!r}")
+
+
+def check_count(value: Any, what: str, least: int = 0, *, text: bool = False) -> int:
+    """A whole number of at least ``least``, as an int; a UsageError naming ``what`` for
+    anything else (a bool, 1.5, nan, a numpy array). ``text``: the argument may come from
+    a command-line or URI option, so a string of digits (``"4"``) and a float with no
+    fraction (``1e9``) are read as the number they write."""
+    number: Any = value
+    if text and isinstance(value, str):
+        try:
+            number = int(value.strip())
+        except ValueError:
+            number = value
+    if text and isinstance(number, float) and math.isfinite(number) and number.is_integer():
+        number = int(number)
+    if not isinstance(number, bool | np.bool_):
+        with contextlib.suppress(TypeError):
+            number = operator.index(number)
+            if number >= least:
+                return int(number)
+    raise UsageError(
+        f"{what} must be at least {least}, a whole number; got {type(value).__name__} {value!r}"
+    )
 
 
 def check_fields(fields: Sequence[str] | None) -> list[str] | None:
@@ -149,6 +196,10 @@ def check_fields(fields: Sequence[str] | None) -> list[str] | None:
         return None
     if isinstance(fields, str):
         raise UsageError(f"fields must be a list of field names, not the string {fields!r}")
+    if isinstance(fields, bytes | bytearray | Mapping) or not isinstance(fields, Iterable):
+        raise UsageError(
+            f"fields must be a list of field names, got {type(fields).__name__} {fields!r}"
+        )
     out = list(fields)
     for f in out:
         if not isinstance(f, str) or not f:
@@ -323,7 +374,7 @@ def check_resolved(
         dict(zip(layout.fields, key, strict=True)) if layout.composite else {layout.fields[0]: key}
     )
     for name, part in parts.items():
-        if name in chosen and chosen[name] != part:
+        if name in chosen and not _same(chosen[name], part):
             raise UsageError(
                 f"the merge resolver returned a record with {name}={chosen[name]!r} for the "
                 f"conflict on key {key!r} of table {table!r}: a resolver cannot change the "

@@ -14,7 +14,7 @@ from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_no
 from merkle.errors import IntegrityError, NotFoundError, StorageError, UsageError
 from merkle.storage.base import ObjectStore
 
-__all__ = ["CONFIG_KEY", "CONFIG_TYPE", "LAKE_HASHES", "lake_config"]
+__all__ = ["CONFIG_KEY", "CONFIG_TYPE", "LAKE_HASHES", "lake_config", "lake_sizes"]
 
 #: The lake's settings object, written once when the lake is first used.
 CONFIG_KEY = "config"
@@ -23,9 +23,22 @@ CONFIG_TYPE = "merkle/lake"
 LAKE_HASHES = ("blake3", "sha2-256")
 
 
+def lake_sizes(cache_bytes: Any, workers: Any) -> tuple[int, int]:
+    """``connect``'s ``cache_bytes`` (at least 0) and ``workers`` (at least 1), checked
+    before anything is opened: each is a whole number, given as one or, from a
+    command-line (``-o workers=4``) or URI option, as its text. A bad one would
+    otherwise fail later, raw, in the first read that sizes a cache or fans out."""
+    from merkle.db.inputs import check_count
+
+    cache = check_count(
+        cache_bytes, "cache_bytes (connect(cache_bytes=), -o cache_bytes=N)", 0, text=True
+    )
+    return cache, check_count(workers, "workers (connect(workers=), -o workers=N)", 1, text=True)
+
+
 def lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str, Any]:
     """Read the lake's settings, creating them (with ``hash``) on a new lake if ``create``."""
-    if hash is not None and hash not in LAKE_HASHES:
+    if hash is not None and (not isinstance(hash, str) or hash not in LAKE_HASHES):
         raise UsageError(
             f"hash={hash!r} is not a hash merkle-db stores blocks with: use one of "
             f"{', '.join(LAKE_HASHES)} (or leave it out: an existing lake keeps its own)"

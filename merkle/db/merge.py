@@ -434,7 +434,7 @@ def _same_identity(b: Table, o: Table, t: Table) -> bool:
 
 
 def _check_resolve(resolve: Any) -> Resolver:
-    if callable(resolve) or resolve in RESOLVERS:
+    if callable(resolve) or (isinstance(resolve, str) and resolve in RESOLVERS):
         return resolve  # type: ignore[no-any-return]
     raise UsageError(
         f"resolve must be 'ours', 'theirs', 'fail' or a function of a conflict, got {resolve!r}"
@@ -562,9 +562,10 @@ def merge(
     for _ in range(_ATTEMPTS):
         ours = conn.open_db(into)
         theirs = _open(conn, source, "source")
+        given = None if base is None else _base(conn, ours, theirs, base)  # checked first
         if _earlier_in_this_life(theirs, ours):
             return ours  # an ancestor: nothing of it is missing
-        common = _base(conn, ours, theirs, base)
+        common = _base(conn, ours, theirs, None) if given is None else given
         if not common.dirty and common.root == theirs.root:
             return ours  # nothing new on their side
         result = _Merge(common, ours, theirs, resolve).run()

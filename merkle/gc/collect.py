@@ -42,6 +42,7 @@ nothing.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -49,7 +50,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from merkle.blocks.cid import CID
-from merkle.errors import StorageError
+from merkle.db.inputs import check_flag
+from merkle.errors import StorageError, UsageError
 from merkle.gc.fanout import Fanout, Progress
 from merkle.gc.mark import Marker
 from merkle.gc.policy import Policy, Retention, load_policy, parse_duration
@@ -299,6 +301,20 @@ class _Run:
         self.mark_tags()
 
 
+def _seconds(value: object, what: str, *, zero: bool) -> float:
+    """A time in seconds: a finite number, positive (or, with ``zero``, at least 0). A
+    lock that lasts nan or 0 seconds would lapse at once, a negative wait end at once."""
+    if (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and (value > 0 or (zero and value == 0))
+    ):
+        return float(value)
+    least = "at least 0" if zero else "more than 0"
+    raise UsageError(f"{what} must be a number of seconds {least}, got {value!r}")
+
+
 def gc(
     conn: Connection,
     dry_run: bool = False,
@@ -326,6 +342,9 @@ def gc(
     the marking, listing and deleting elsewhere (e.g. on Spark, see
     :mod:`merkle.gc.fanout`); the protocol and its outcome are the same.
     """
+    dry_run = check_flag(dry_run, "gc(dry_run=)")
+    writer_wait = _seconds(writer_wait, "gc(writer_wait=)", zero=True)
+    lock_ttl = _seconds(lock_ttl, "gc(lock_ttl=)", zero=False)
     policy = load_policy(conn.store)
     if keep_versions is not None or keep_within is not None:
         within = parse_duration(keep_within, "keep_within") if keep_within is not None else None

@@ -34,7 +34,7 @@ from merkle.storage.base import (
     quote_location,
 )
 
-__all__ = ["FileStore"]
+__all__ = ["FileStore", "check_path"]
 
 _TMP_PREFIX = ".tmp-"
 #: The name of a temporary file this store writes (a uuid4 in hex after the prefix).
@@ -61,6 +61,22 @@ def _read_all(fd: int) -> bytes:
     return b"".join(parts)
 
 
+def check_path(path: str, what: str) -> str:
+    """``path`` if the file system can name it; a UsageError naming ``what`` for a NUL
+    character or an unpaired surrogate (Python's own errors would come from the first
+    file opened, as a ValueError or a UnicodeEncodeError)."""
+    if "\x00" in path:
+        raise UsageError(f"{what} {path!r} holds a NUL character, which no file name can hold")
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError:
+        raise UsageError(
+            f"{what} {path!r} holds a character the file system encoding cannot write "
+            "(an unpaired surrogate)"
+        ) from None
+    return path
+
+
 class FileStore(ObjectStore):
     """Objects as files under ``root``; ``fsync=False`` trades crash safety for speed."""
 
@@ -70,6 +86,7 @@ class FileStore(ObjectStore):
     def __init__(self, root: str, *, fsync: bool = True, bulk_workers: int = 8) -> None:
         if not os.path.isabs(root):
             raise UsageError(f"file store root must be an absolute path, got {root!r}")
+        check_path(root, "lake path")
         self.root = os.path.normpath(root)
         self.fsync = fsync
         self.bulk_workers = bulk_workers

@@ -38,7 +38,16 @@ from merkle.tablets.dicts import check_fits, declarable_type, has_dictionary, re
 from merkle.tablets.fitcolumn import fit_column, typed_array
 from merkle.tablets.freeform import in_micros, python_values
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
-from merkle.tablets.schema import composite_column, infer_type, is_free, show_value, storage_type
+from merkle.tablets.schema import (
+    check_nanoseconds,
+    check_time_zones,
+    composite_column,
+    infer_type,
+    is_free,
+    plain_scalars,
+    show_value,
+    storage_type,
+)
 from merkle.tablets.segment import (
     arrow_to_records,
     cbor_array,
@@ -258,6 +267,8 @@ def conform_arrow(
             if has_dictionary(target.type) and column.type != target.type:
                 check_fits(name, array, target.type)  # Arrow of the field's type fits already
         stored[name] = (stored_field(target), array)
+    for learned in new_fields:
+        check_time_zones(learned.type, learned.name, "the Arrow data")
     order = {name: i for i, name in enumerate(names)}
     full = _extend(schema, sorted(new_fields, key=lambda f: order[f.name]))
     if not partial:
@@ -341,6 +352,7 @@ def conform_records(
                 first_seen.setdefault(name, len(first_seen))
             values[position] = item
     _check_names(list(columns), key)
+    nanos = {name for name, values in columns.items() if plain_scalars(values)}
     known = typed_names(schema)
     if codec is None:
         if all(name in known for name in key.fields):
@@ -378,6 +390,8 @@ def conform_records(
         if is_free(target):
             array = cbor_array(name, values, lambda i: f"the record with key {keys[i]!r}")
         else:
+            if name in nanos:
+                check_nanoseconds(name, values, storage_type(target.type), key_of)
             array = typed_array(name, values, storage_type(target.type), key_of)
             if has_dictionary(target.type):
                 check_fits(name, array, target.type)
@@ -547,6 +561,7 @@ def schema_of_segments(
                         f"stores it as {field.type}"
                     )
                 continue
+            check_time_zones(field.type, field.name, "a tablet built elsewhere")
             added[field.name] = (
                 cbor_field(field.name) if is_cbor_field(field) else pa.field(field.name, field.type)
             )

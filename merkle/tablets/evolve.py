@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import datetime
 import zoneinfo
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,7 +44,13 @@ from merkle.errors import SchemaError, UsageError
 from merkle.tablets.conform import KeyLayout
 from merkle.tablets.dicts import index_capacity
 from merkle.tablets.keys import infer_key_codec_arrow
-from merkle.tablets.schema import check_field_metadata, free_field, is_free, storage_type
+from merkle.tablets.schema import (
+    check_field_metadata,
+    check_time_zones,
+    free_field,
+    is_free,
+    storage_type,
+)
 from merkle.tablets.segment import cbor_array, cbor_field, column_values
 
 __all__ = ["SchemaChange", "can_widen", "plan_change", "rewrite_rows"]
@@ -85,7 +91,7 @@ class SchemaChange:
         cls, add: Any, drop: Any, rename: Any, widen: Any, nullable: Any, free: Any
     ) -> SchemaChange:
         added = []
-        for item in _listed(add, "add"):
+        for item in [] if isinstance(add, Mapping) else _listed(add, "add", "fields"):
             if isinstance(item, pa.Field):
                 check_field_metadata(item, "alter_schema(add=...)")
                 added.append(item.with_nullable(True))
@@ -95,8 +101,17 @@ class SchemaChange:
                 raise SchemaError(f"add takes pyarrow fields or (name, type) pairs, got {item!r}")
         if isinstance(add, Mapping):
             added = [pa.field(str(n), _type(t, str(n))) for n, t in add.items()]
+        for what, given in (("rename", rename), ("widen", widen)):
+            if given is not None and not isinstance(given, Mapping):
+                raise SchemaError(
+                    f"alter_schema: {what} takes a mapping field name -> "
+                    f"{'new name' if what == 'rename' else 'new type'}, got "
+                    f"{type(given).__name__} {given!r}"
+                )
         renamed = dict(rename or {})
-        widened = {str(n): _type(t, str(n)) for n, t in dict(widen or {}).items()}
+        widened = {str(n): _type(t, str(n)) for n, t in (widen or {}).items()}
+        for name, kind in [*((f.name, f.type) for f in added), *widened.items()]:
+            check_time_zones(kind, name, "alter_schema")
         return cls(
             tuple(added),
             tuple(_names(drop, "drop")),
@@ -112,13 +127,18 @@ class SchemaChange:
         return bool(self.drop or self.rename or self.widen or self.free)
 
 
-def _listed(value: Any, what: str) -> list[Any]:
+def _listed(value: Any, what: str, items: str = "field names") -> list[Any]:
+    """``value`` as a list: None is empty, one name or field a list of it. A mapping or
+    anything not iterable is a SchemaError: a dict for ``drop`` would otherwise be a
+    list of its keys, or (as it once was) ignored, and the call change nothing."""
     if value is None:
-        return []
-    if isinstance(value, Mapping):
         return []
     if isinstance(value, str | pa.Field):
         return [value]
+    if isinstance(value, Mapping) or not isinstance(value, Iterable):
+        raise SchemaError(
+            f"alter_schema: {what} takes a list of {items}, got {type(value).__name__} {value!r}"
+        )
     return list(value)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -42,6 +43,7 @@ __all__ = [
     "normalize_arrow",
     "python_values",
     "records_to_arrow",
+    "unknown_time_zone",
     "values_column",
 ]
 
@@ -246,6 +248,7 @@ def _column_values(table: pa.Table, name: str) -> list[Any]:
     kind = column.type
     if pa.types.is_timestamp(kind) and kind.tz is not None:
         return _utc_values(column)
+    _check_zones(kind, name)
     return list(column.to_pylist())
 
 
@@ -261,6 +264,42 @@ def _utc_values(column: pa.ChunkedArray) -> list[Any]:
     return [None if value is None else value.replace(tzinfo=_UTC) for value in naive]
 
 
+@functools.lru_cache(maxsize=256)
+def _known_zone(zone: str) -> bool:
+    """Whether pyarrow can turn the time zone name ``zone`` into a tzinfo, as reads must."""
+    try:
+        pa.lib.string_to_tzinfo(zone)
+    except Exception:  # pytz or zoneinfo, each with its own errors
+        return False
+    return True
+
+
+def unknown_time_zone(kind: pa.DataType) -> str | None:
+    """The first time zone of a timestamp in ``kind`` (nested types too) that is unknown."""
+    if pa.types.is_timestamp(kind):
+        return None if kind.tz is None or _known_zone(kind.tz) else kind.tz
+    if pa.types.is_dictionary(kind):
+        return unknown_time_zone(kind.value_type)
+    if isinstance(kind, pa.ExtensionType):
+        return unknown_time_zone(kind.storage_type)
+    for i in range(kind.num_fields):
+        zone = unknown_time_zone(kind.field(i).type)
+        if zone is not None:
+            return zone
+    return None
+
+
+def _check_zones(kind: pa.DataType, name: str) -> None:
+    """UsageError for a column whose type names a time zone Python does not know: each
+    value would be a raw error (a table written before such zones were refused)."""
+    zone = unknown_time_zone(kind)
+    if zone is not None:
+        raise UsageError(
+            f"field {name!r} ({kind}) names the unknown time zone {zone!r}, so its values have "
+            "no Python form: read it as Arrow (to_arrow, to_batches, get_arrow)"
+        )
+
+
 def python_values(
     column: pa.ChunkedArray, name: str, key_of: Callable[[int], Any], *, utc: bool = False
 ) -> list[Any]:
@@ -273,6 +312,7 @@ def python_values(
     such a column is read as Arrow, as nanoseconds are (:func:`in_micros`).
     """
     convert = _utc_values if utc else _plain_values
+    _check_zones(column.type, name)
     try:
         return convert(column)
     except UnicodeDecodeError:

@@ -162,6 +162,8 @@ class TableReads:
                 isinstance(value, bool) or not isinstance(value, int) or value < 0
             ):
                 raise UsageError(f"{name} must be a non-negative integer, got {value!r}")
+        if not isinstance(reverse, bool | np.bool_):  # a truthy "no" would scan backwards
+            raise UsageError(f"reverse must be True or False, got {reverse!r}")
         start, stop = 0, self.count
         codec = self.codec
         if codec is None:

@@ -27,11 +27,13 @@ import numpy as np
 import pyarrow as pa
 
 from merkle.errors import IntegrityError, SchemaError
+from merkle.tablets.freeform import unknown_time_zone
 from merkle.tablets.segment import cbor_field, is_cbor_field
 
 __all__ = [
     "check_field_metadata",
     "check_schema",
+    "check_time_zones",
     "composite_column",
     "decode_schema",
     "encode_schema",
@@ -144,7 +146,23 @@ def check_schema(schema: Any, key: str | Sequence[str] = ()) -> pa.Schema | None
     key_schema_fields(schema, [key] if isinstance(key, str) else list(key))
     for field in schema:
         check_field_metadata(field, "create_table(schema=...)")
+        check_time_zones(field.type, field.name, "create_table(schema=...)")
     return schema.remove_metadata()
+
+
+def check_time_zones(kind: pa.DataType, name: str, where: str) -> None:
+    """SchemaError when a timestamp of ``kind`` (field ``name``) names an unknown time zone.
+
+    Arrow stores any zone string, but every read as records turns the values
+    into datetimes of that zone and would fail on each one: a schema is
+    refused such a zone when declared, added or learned from a write.
+    """
+    zone = unknown_time_zone(kind)
+    if zone is not None:
+        raise SchemaError(
+            f"{where}: field {name!r} is {kind}, whose time zone {zone!r} is unknown: use an "
+            "IANA zone name (such as 'UTC' or 'Europe/Paris') or an offset (such as '+05:30')"
+        )
 
 
 #: Field metadata keys that start so are merkle-db's own (``merkle.encoding``).
@@ -324,4 +342,48 @@ def infer_type(name: str, values: Iterable[Any], key_of: Callable[[int], Any]) -
             f"value {show_value(value)}: {exc}): declare the field's type in the schema, "
             f"or declare it schema-free (merkle.free_field({name!r}))"
         ) from None
+    check_time_zones(kind, name, "the records")
     return kind
+
+
+def plain_scalars(values: list[Any]) -> bool:
+    """Numpy and pandas scalars of ``values`` replaced, in place, by what they mean.
+
+    ``np.bool_`` is a bool (an int field refuses it, as it refuses True) and
+    pandas' ``NaT`` is a null. Returns whether a value is a pandas
+    ``Timestamp`` or ``Timedelta``, which may hold nanoseconds
+    (:func:`check_nanoseconds`).
+    """
+    kinds = {type(value) for value in values}
+    plain = {datetime.datetime, datetime.timedelta}
+    odd = {k for k in kinds if k is np.bool_ or (k not in plain and issubclass(k, tuple(plain)))}
+    if not odd:
+        return False
+    for i, value in enumerate(values):
+        if type(value) in odd:
+            if type(value) is np.bool_:
+                values[i] = bool(value)
+            elif value != value:  # NaT (not equal to itself, as NaN)
+                values[i] = None
+    return any(k is not np.bool_ for k in odd)
+
+
+def check_nanoseconds(
+    name: str, values: list[Any], kind: pa.DataType, key_of: Callable[[int], Any]
+) -> None:
+    """SchemaError for a pandas value with nanoseconds bound for a ``kind`` coarser than ns.
+
+    pyarrow drops the nanoseconds of a ``pd.Timestamp`` or ``pd.Timedelta``
+    converted to microseconds without a word; a value must fit its field exactly.
+    """
+    if not (pa.types.is_timestamp(kind) or pa.types.is_duration(kind)) or kind.unit == "ns":
+        return
+    for i, value in enumerate(values):
+        if getattr(value, "nanosecond", 0) or getattr(value, "nanoseconds", 0):
+            raise SchemaError(
+                f"field {name!r} is {kind}: the value {show_value(value)} of the record with key "
+                f"{show_value(key_of(i))} has nanoseconds, which it cannot hold: declare the "
+                f"field with unit 'ns' (create_table(schema=...) or alter_schema(table, "
+                f"add=[({name!r}, pa.{'timestamp' if pa.types.is_timestamp(kind) else 'duration'}"
+                f"('ns'))]) before the first write of it), write Arrow, or round the value"
+            )

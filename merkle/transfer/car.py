@@ -31,6 +31,7 @@ from merkle.db.landing import land
 from merkle.errors import IntegrityError, StorageError, UsageError
 from merkle.refs import JournalEntry, WriterTicket
 from merkle.storage.base import NO_SPACE
+from merkle.storage.file import check_path
 
 if TYPE_CHECKING:
     from merkle.db.connection import Connection
@@ -64,6 +65,13 @@ def export_car(
     version: int | None = None,
 ) -> CarReport:
     """Write version ``version`` (default: the head) of ``db`` to ``out`` as a CAR v1 file."""
+    if isinstance(out, str | os.PathLike):
+        out = _car_path(out, "export_car(out=)")
+    elif not callable(getattr(out, "write", None)):
+        raise UsageError(
+            f"export_car(out=) takes a file path or a binary file object open for writing, "
+            f"got {type(out).__name__} {out!r}"
+        )
     with conn.open_db(db, version=version, lease=True) as source:
         root = CID.parse(source.root)
         if not isinstance(out, (str, os.PathLike)):
@@ -74,6 +82,15 @@ def export_car(
             except OSError as exc:
                 raise _write_error(where, exc, partial=True) from exc
         return _export_to(conn, root, os.fspath(out))
+
+
+def _car_path(path: str | os.PathLike[str], what: str) -> str:
+    """``path`` as a str the file system can name; a UsageError naming ``what`` if not (a
+    NUL, an unpaired surrogate, a PathLike giving bytes), before the lake is read."""
+    name = os.fspath(path)
+    if not isinstance(name, str):
+        raise UsageError(f"{what} takes a str path, got {type(name).__name__} {name!r}")
+    return check_path(name, what)
 
 
 def _export_to(conn: Connection, root: CID, path: str) -> CarReport:
@@ -333,7 +350,7 @@ def import_car(
             f"import_car reads a CAR file by its path (twice: to check, then to store), "
             f"not a {type(path).__name__}: save the archive to a file first"
         )
-    path = os.fspath(path)
+    path = _car_path(path, "import_car(path=)")
     if os.path.exists(path) and not os.path.isfile(path):
         raise UsageError(
             f"{path} is not a regular file (a pipe, a device): an import reads its archive "

@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 from merkle.blocks.cid import CID
 from merkle.db.ancestry import Lineage, kept_entry
+from merkle.db.inputs import check_flag
 from merkle.db.landing import land
 from merkle.errors import ConflictError, NotFoundError, UsageError
 from merkle.refs import JournalConflictError, JournalEntry, WriterTicket, check_db_name
+from merkle.refs.reader import check_version
 from merkle.transfer.blockcopy import CopyStats, copy_dag
 
 if TYPE_CHECKING:
@@ -276,6 +278,10 @@ def sync(
     """
     check_db_name(db)
     target = check_db_name(as_name if as_name is not None else db)
+    if version is not None:  # True is no version 1, nor "1" a version
+        version = check_version(version, "sync(version=)")
+    if history is not None:
+        history = check_flag(history, "sync(history=)")
     if src.same_lake(dst) and target == db:
         raise UsageError(f"source and destination are the same database {db!r} of {src.uri}")
     send_history = version is None if history is None else history
