@@ -286,7 +286,12 @@ def deleted_keys(table: Table, predicate: Any) -> list[Any]:
             try:
                 chosen = rows.filter(predicate).column(_ROW)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
-                raise UsageError(f"delete_where cannot evaluate {predicate}: {exc}") from None
+                # Arrow lists the columns it had: not the row numbers added here.
+                why = "\n".join(line for line in str(exc).splitlines() if _ROW not in line)
+                raise UsageError(
+                    f"delete_where cannot evaluate {predicate} on the table's columns "
+                    f"{', '.join(n for n in rows.column_names if n != _ROW)}: {why}"
+                ) from None
             keys += codec.to_python(raw.column(key_field).take(chosen))
         else:
             mask = pa.array([bool(predicate(r)) for r in table.records(raw)], pa.bool_())

@@ -10,7 +10,7 @@ one per call.
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from merkle.blocks.cid import CID
-from merkle.blocks.store import MissingBlockError
+from merkle.db.commit import continues_committed
 from merkle.db.dbroot import DbRoot
 from merkle.db.inputs import (
     as_rows,
@@ -34,9 +34,9 @@ from merkle.db.tableinfo import describe_table, list_tablets, read_stray_tablet
 from merkle.db.tablestate import TableChange as _Change
 from merkle.db.tablestate import TableState as _TableState
 from merkle.db.tablestate import known_fields
-from merkle.errors import ConflictError, NotFoundError, UsageError
+from merkle.errors import NotFoundError, UsageError
 from merkle.lazy import LazyModule
-from merkle.refs import JournalConflictError, JournalEntry
+from merkle.refs import JournalEntry
 from merkle.tablets.rows import empty_keys, sort_rows
 from merkle.tablets.schema import check_schema, with_free_fields
 from merkle.tablets.store import TableStore
@@ -55,9 +55,6 @@ else:
     db_ops = LazyModule("merkle.db.ops")
 
 __all__ = ["Database"]
-
-#: How often a commit replays on a moved head before giving up.
-MAX_COMMIT_ATTEMPTS = 64
 
 
 class Database(RecordOps):
@@ -86,6 +83,7 @@ class Database(RecordOps):
         self._ops = ops
         self._reader: ReaderLease | None = None
         self._committed: Database | None = None  # what commit() made of this value
+        self._commit_lock = threading.Lock()  # one commit per value (merkle.db.commit)
 
     def _evolve(self, **changes: Any) -> Database:
         state: dict[str, Any] = {
@@ -207,6 +205,7 @@ class Database(RecordOps):
         tables[name] = state
         return self._evolve(tables=tables, ops=(*self._ops, op))
 
+    @continues_committed
     def create_table(
         self,
         name: str,
@@ -274,6 +273,7 @@ class Database(RecordOps):
         )
         return self._with_table(op.table, _TableState(table), op)
 
+    @continues_committed
     def drop_table(self, name: str) -> Database:
         state = self._state(name)
         return self._with_table(name, None, db_ops.DropTable(name, state.table.root.uid))
@@ -281,6 +281,7 @@ class Database(RecordOps):
     def describe_table(self, name: str) -> dict[str, Any]:
         return describe_table(self._ts, self._table(name), name)
 
+    @continues_committed
     def alter_table_meta(self, name: str, fn: Callable[..., Any], *args: Any) -> Database:
         state = self._state(name)
         table = state.current(self.version + 1)
@@ -288,11 +289,13 @@ class Database(RecordOps):
         op = db_ops.AlterTableMeta(name, table.root.uid, fn, args)
         return self._with_table(name, _TableState(table.with_meta(meta)), op)
 
+    @continues_committed
     def alter_families(self, name: str, families: Mapping[str, Any]) -> Database:
         table = self._table(name)
         op = db_ops.AlterFamilies(name, table.root.uid, dict(families))
         return self._with_table(name, _TableState(table.with_families(families)), op)
 
+    @continues_committed
     def alter_schema(
         self,
         name: str,
@@ -329,6 +332,7 @@ class Database(RecordOps):
 
     # -- records -------------------------------------------------------------------
 
+    @continues_committed
     def write(
         self,
         table: str,
@@ -348,7 +352,11 @@ class Database(RecordOps):
         table: str,
         records: Any,
         op: Callable[[str, pa.Table, frozenset[str] | None], db_ops.Op],
+        replayable: bool = False,
     ) -> Database:
+        """``records`` written; the change recorded as ``op(uid, rows, known)``. With
+        ``replayable`` (an upsert) the op is recorded even when there is nothing to write
+        here: on a concurrent head it may write rows (see :mod:`merkle.db.ops`)."""
         state = self._state(table)
         rows_in = as_rows(records, state.table.key, table)  # names the record at fault
         try:
@@ -361,7 +369,11 @@ class Database(RecordOps):
                 "which UTF-8 cannot store"
             ) from None
         if not rows.num_rows and current.root == state.table.root:
-            return self  # no record, and the table's codec and schema are as they were
+            # No record, and the table's codec and schema are as they were.
+            if not replayable:
+                return self
+            known = known_fields(state.table)
+            return self._with_table(table, state, op(state.table.root.uid, rows, known))
         # Zero rows that chose the codec or schema (an empty Arrow table written to a table
         # never written) are still a write: they set the schema, as declaring it would.
         change = _Change(upserts=sort_rows(rows, current.root.key_field, current.spec.codec))
@@ -373,15 +385,24 @@ class Database(RecordOps):
             table, new_state, op(current.root.uid, current.present(rows), known)
         )
 
+    @continues_committed
     def delete(self, table: str, keys: Iterable[Any]) -> Database:
         """Remove records by key; keys that do not exist are fine (a blind delete)."""
         keys = tuple(check_keys(keys, table))
         return self._delete(table, keys, lambda uid: db_ops.Delete(table, uid, keys))
 
-    def _delete(self, table: str, keys: Sequence[Any], op: Callable[[str], db_ops.Op]) -> Database:
+    def _delete(
+        self,
+        table: str,
+        keys: Sequence[Any],
+        op: Callable[[str], db_ops.Op],
+        replayable: bool = False,
+    ) -> Database:
+        """``keys`` deleted; the change recorded as ``op(uid)``, even without keys when
+        ``replayable`` (a delete_where may match records on a concurrent head)."""
         state = self._state(table)
         if not keys:
-            return self
+            return self._with_table(table, state, op(state.table.root.uid)) if replayable else self
         # A table never written has no codec yet: the keys choose it, as a write would
         # (the delete must still be recorded, to win over a concurrent write on replay).
         current = state.table.with_codec_for(keys[0])
@@ -406,25 +427,29 @@ class Database(RecordOps):
         """
         return list_tablets(self._table(table))
 
-    def _tablet_owner(self, cid: CID) -> Table | None:
+    def _tablet_owner(self, cid: CID) -> tuple[str, Table] | None:
         for name in self.list_tables():
             table = self._table(name)
             if any(ref.cid == cid for ref in table.tablets()):
-                return table
+                return name, table
         return None
 
     def read_tablet(
         self, tablet_id: str, fields: Sequence[str] | None = None
     ) -> Iterator[dict[str, Any]]:
-        """The records stored in one tablet (by id), with the key field and ``fields``."""
+        """The records stored in one tablet (by id), with the key field and ``fields`` (each
+        a field of the table that holds the tablet, as every read checks)."""
         fields = check_fields(fields)
         cid = CID.parse(tablet_id)
         owner = self._tablet_owner(cid)
         if owner is not None:
-            rows = owner.read_tablet(cid, fields)
-            return iter(self._records(owner, rows, fields))
+            name, table = owner
+            fields = self._read_fields(table, name, fields)
+            rows = table.read_tablet(cid, fields)
+            return iter(self._records(table, rows, fields))
         return read_stray_tablet(self._ts, cid, fields)
 
+    @continues_committed
     def build_table(self, table: str, tablet_ids: Sequence[str]) -> Database:
         """This database with ``table``'s data replaced by the given tablets (in key order)."""
         state = self._state(table)
@@ -436,6 +461,7 @@ class Database(RecordOps):
         )
         return self._with_table(table, _TableState(built), op)
 
+    @continues_committed
     def compact(self, table: str | None = None) -> Database:
         """Fold pending batches into the tablets (of one table, or of every table).
 
@@ -458,6 +484,7 @@ class Database(RecordOps):
     def metadata(self) -> Any:
         return self._meta
 
+    @continues_committed
     def alter_db_meta(self, fn: Callable[..., Any], *args: Any) -> Database:
         """This database with metadata ``fn(metadata, *args)``."""
         meta = check_metadata(fn(self._meta, *args), f"metadata of database {self.name!r}")
@@ -516,57 +543,16 @@ class Database(RecordOps):
         changes are replayed on the new head and committed again (``rebase``);
         with ``rebase=False`` any concurrent commit is a ``ConflictError``. A
         value without changes is returned as it is; committing the same value
-        again returns the version its first commit made. ``ticket``: the writer
+        again, or from several threads at once, returns the value its first
+        commit made, and changing a committed value changes that one (see
+        :mod:`merkle.db.commit`). ``ticket``: the writer
         lease (and the GC lock generation it began under) that the caller has
         held since it wrote the first block this commit names, a bulk job's,
         used instead of the connection's own, so that a collection waiting for
         that lease cannot also block the commit.
         """
-        # The commit path: imported by the first commit, not by a process that only reads.
-        import random
-
-        from merkle.db.landing import land_commit
-        from merkle.db.noop import changes_nothing
-
         if not self._ops:
             return self
-        if self._committed is not None:
-            return self._committed  # committing the same value twice makes one version
-        if changes_nothing(self, self._tables):
-            return self._conn._database(self._entry)  # the data is as it was: no version
-        db = self
-        conn = self._conn
-        for attempt in range(MAX_COMMIT_ATTEMPTS):
-            try:
-                entry = land_commit(db, author, message, ticket)
-            except JournalConflictError as exc:
-                conflict: ConflictError = exc
-            except MissingBlockError as exc:
-                # The root is built under the writer lease, after waiting out a running
-                # collection: one that trimmed this transaction's base version (others
-                # committed since) may have removed its blocks. That is a moved head.
-                head = conn.refs.head(db.name)
-                if head is None or head.version == db.version:
-                    raise
-                conflict = JournalConflictError(db.name, db.version, head.version, str(exc))
-            else:
-                self._committed = conn._database(entry)
-                return self._committed
-            if not rebase:
-                raise ConflictError(
-                    f"database {db.name!r} moved on from version {db.version} while this "
-                    f"transaction ran ({conflict}); commit(rebase=False) does not replay: "
-                    "open the database again and redo the changes"
-                ) from conflict
-            db = db._replay(conn._head_for_replay(db))
-            time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 50)))  # jittered backoff
-        raise ConflictError(
-            f"gave up committing to database {self.name!r} after {MAX_COMMIT_ATTEMPTS} "
-            "attempts: other writers kept committing first"
-        )
+        from merkle.db.commit import commit_value  # the commit path: not for a reader
 
-    def _replay(self, head: Database) -> Database:
-        db = head
-        for op in self._ops:
-            db = op.apply(db)
-        return db
+        return commit_value(self, message, author, rebase, ticket)

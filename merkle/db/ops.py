@@ -10,6 +10,15 @@ differs), a table it creates now exists, or a write, update or upsert sets
 a field that a concurrent commit dropped or renamed (replaying it would
 bring the old field back holding only this transaction's values, as
 ``merge`` reports for the same case).
+
+An operation is recorded even when it changed nothing on the transaction's
+base (an upsert whose rows all matched "skip", a ``delete_where`` that
+matched nothing): on the new head it may change rows. What an operation
+keeps of the caller's input is copied when it is made (:func:`snapshot`), so
+a caller that reuses its dicts and lists cannot change what a replay writes.
+A failure of a replayed operation, the user's own functions included
+(``delete_where``, ``alter_db_meta``, ``alter_table_meta``, an upsert
+``condition``), is a ``ConflictError`` naming the version replayed on.
 """
 
 from __future__ import annotations
@@ -18,10 +27,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from merkle.errors import ConflictError, UsageError
+from merkle.lazy import compute as pc
 from merkle.tablets.evolve import SchemaChange
+from merkle.tablets.schema import type_family
 
 if TYPE_CHECKING:
     from merkle.db.database import Database
@@ -41,6 +53,7 @@ __all__ = [
     "Update",
     "Upsert",
     "Write",
+    "snapshot",
 ]
 
 
@@ -62,14 +75,76 @@ def _same_table(db: Database, table: str, uid: str) -> None:
         )
 
 
-def _replayed(table: str, db: Database, action: Callable[[], Database]) -> Database:
+_REDO = (
+    "this transaction was not committed: open the database again and redo its changes "
+    "(or commit(rebase=False) to be told of any concurrent commit instead of replaying)"
+)
+
+
+class _FunctionFailedError(Exception):
+    """Raised through merkle's code by a user function that failed on a replay (internal)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, its failures marked so that the replay can tell them from merkle's own."""
+
+    def call(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except _FunctionFailedError:
+            raise
+        except Exception as exc:
+            raise _FunctionFailedError(exc) from exc
+
+    return call
+
+
+def _replayed(
+    table: str | None, db: Database, action: Callable[[], Database], what: str = "a change to"
+) -> Database:
+    """``action()``, its UsageError (the change does not fit the new head) or the failure of
+    a user function it calls (made with :func:`_guarded`) as a ConflictError naming the
+    replay, the version replayed on and what to do."""
+    where = f"{what} table {table!r}" if table is not None else what
     try:
         return action()
+    except _FunctionFailedError as failed:
+        exc = failed.error
+        raise ConflictError(
+            f"cannot replay {where} on version {db.version} of database "
+            f"{db.name!r}, which a concurrent commit made: its function raised "
+            f"{type(exc).__name__}: {exc} on the data there; {_REDO}"
+        ) from exc
     except UsageError as exc:
         raise ConflictError(
-            f"cannot replay a change to table {table!r} on version {db.version} of "
-            f"database {db.name!r}, which a concurrent commit made: {exc}"
+            f"cannot replay {where} on version {db.version} of database "
+            f"{db.name!r}, which a concurrent commit made: {exc}; {_REDO}"
         ) from exc
+
+
+def snapshot(value: Any) -> Any:
+    """``value`` with every dict, list, set, bytearray and NumPy array in it copied: what an
+    operation keeps of the caller's input, so that a caller reusing its dicts and lists
+    after the call cannot change what a replay writes. Other values (numbers, strings,
+    Arrow data) are immutable and kept as they are."""
+    if isinstance(value, Mapping):
+        return {k: snapshot(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [snapshot(v) for v in value]
+    if isinstance(value, tuple):  # a composite key, a namedtuple: kept unless it holds a list
+        copied = [snapshot(v) for v in value]
+        return value if all(a is b for a, b in zip(copied, value, strict=True)) else tuple(copied)
+    if isinstance(value, set):
+        return {snapshot(v) for v in value}
+    if isinstance(value, bytearray):
+        return bytearray(value)
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    return value
 
 
 def _gone_fields(
@@ -112,6 +187,65 @@ def _names_in_rows(rows: Any, non_null: bool) -> list[str]:
         ]
     records = rows.values() if isinstance(rows, Mapping) else rows
     return list(dict.fromkeys(n for r in records if isinstance(r, Mapping) for n in r))
+
+
+def _retyped_empty(db: Database, table: str, rows: pa.Table, skip: list[str]) -> list[str]:
+    """The columns of ``rows`` that hold no value and whose field the table has on ``db``
+    with another type (not key fields)."""
+    root = db._table(table).root
+    if not root.typed or root.schema is None:
+        return []
+    schema = root.schema
+    keys = set(db._table(table).key.fields)
+    return [
+        name
+        for name, column in zip(rows.column_names, rows.columns, strict=True)
+        if name not in skip
+        and name not in keys
+        and column.null_count == len(column)
+        and name in schema.names
+        and schema.field(name).type != column.type
+    ]
+
+
+def _check_key_types(db: Database, table: str, rows: pa.Table) -> None:
+    """ConflictError when the recorded rows' keys are of another kind than the table's key
+    fields on ``db``: a concurrent commit made the table's first write, which chose them
+    (a key field's type cannot be changed, or made schema-free, afterwards)."""
+    current = db._table(table)
+    schema = current.root.schema
+    if not current.root.typed or schema is None:
+        return
+    for name in current.key.fields:
+        if name not in schema.names or name not in rows.column_names:
+            continue
+        want, have = schema.field(name).type, rows.schema.field(name).type
+        if pa.types.is_null(have) or type_family(want) == type_family(have):
+            continue
+        raise _key_conflict(db, table, f"key field {name!r}", str(want), f"wrote {have} keys")
+
+
+def _check_update_keys(db: Database, table: str, keys: Iterable[Any]) -> None:
+    """ConflictError when an update's first key does not fit the table's key codec on
+    ``db``: a concurrent first write chose the key type (as :func:`_check_key_types`)."""
+    codec = db._table(table).codec
+    first = next(iter(keys), None)
+    if codec is None or first is None:
+        return
+    try:
+        codec.normalize(first)
+    except UsageError:
+        raise _key_conflict(db, table, "the key", codec.spec, f"updates key {first!r}") from None
+
+
+def _key_conflict(db: Database, table: str, field: str, want: str, did: str) -> ConflictError:
+    return ConflictError(
+        f"{field} of table {table!r} holds {want} keys on version {db.version} of database "
+        f"{db.name!r}, which a concurrent commit made (it wrote the table's first records), "
+        f"but this transaction {did}, and a key field's type cannot change (nor be made "
+        "schema-free): this transaction was not committed; open the database again and "
+        f"redo its changes with {want} keys"
+    )
 
 
 @dataclass(frozen=True)
@@ -158,10 +292,14 @@ class Write(Op):
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
         _check_fields_kept(db, self.table, _names_in_rows(self.rows, non_null=True), self.known)
+        _check_key_types(db, self.table, self.rows)
         rows = self.rows
         # The rows hold every column of the schema they were made under: an empty one the
-        # new head no longer has must not re-create the field.
+        # new head no longer has must not re-create the field, and one whose field the new
+        # head has with another type (dropped and added again) must not conflict: a
+        # whole-record write that holds no value of a field is the same without the column.
         empty = _gone_fields(db, self.table, rows.column_names, self.known)
+        empty += _retyped_empty(db, self.table, rows, empty)
         if empty:
             rows = rows.drop_columns(empty)
         return _replayed(self.table, db, lambda: db.write(self.table, rows))
@@ -190,6 +328,7 @@ class Update(Op):
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
         _check_fields_kept(db, self.table, _names_in_rows(self.changes, False), self.known)
+        _check_update_keys(db, self.table, self.changes)
         return _replayed(self.table, db, lambda: db.update(self.table, self.changes))
 
 
@@ -208,6 +347,7 @@ class Upsert(Op):
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
         _check_fields_kept(db, self.table, _names_in_rows(self.rows, False), self.known)
+        condition = _guarded(self.condition) if self.condition is not None else None
         return _replayed(
             self.table,
             db,
@@ -216,8 +356,9 @@ class Upsert(Op):
                 self.rows,
                 when_matched=self.when_matched,
                 when_not_matched=self.when_not_matched,
-                condition=self.condition,
+                condition=condition,
             ),
+            "an upsert into",
         )
 
 
@@ -231,7 +372,12 @@ class DeleteWhere(Op):
 
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
-        return _replayed(self.table, db, lambda: db.delete_where(self.table, self.predicate))
+        predicate = self.predicate
+        if callable(predicate) and not isinstance(predicate, pc.Expression):
+            predicate = _guarded(predicate)
+        return _replayed(
+            self.table, db, lambda: db.delete_where(self.table, predicate), "delete_where on"
+        )
 
 
 @dataclass(frozen=True)
@@ -240,7 +386,8 @@ class AlterDbMeta(Op):
     args: tuple[Any, ...]
 
     def apply(self, db: Database) -> Database:
-        return db.alter_db_meta(self.fn, *self.args)
+        fn = _guarded(self.fn)
+        return _replayed(None, db, lambda: db.alter_db_meta(fn, *self.args), "alter_db_meta")
 
 
 @dataclass(frozen=True)
@@ -252,7 +399,13 @@ class AlterTableMeta(Op):
 
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
-        return db.alter_table_meta(self.table, self.fn, *self.args)
+        fn = _guarded(self.fn)
+        return _replayed(
+            self.table,
+            db,
+            lambda: db.alter_table_meta(self.table, fn, *self.args),
+            "alter_table_meta of",
+        )
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from merkle.db.commit import continues_committed
 from merkle.db.inputs import check_keys, check_known_fields
 from merkle.db.tablestate import TableChange, TableState, known_fields
 from merkle.lazy import LazyModule
@@ -46,39 +47,62 @@ class RecordOps:
             table: str,
             records: Any,
             op: Callable[[str, pa.Table, frozenset[str] | None], db_ops.Op],
+            replayable: bool = False,
         ) -> Database: ...
         def _delete(
-            self, table: str, keys: Sequence[Any], op: Callable[[str], db_ops.Op]
+            self,
+            table: str,
+            keys: Sequence[Any],
+            op: Callable[[str], db_ops.Op],
+            replayable: bool = False,
         ) -> Database: ...
 
+        _committed: Database | None
+
+    @continues_committed
     def update(self, table: str, changes: Mapping[Any, Mapping[str, Any]]) -> Database:
         """Change only the given fields of existing records: ``{key: {field: value}}``.
 
         Keys without a record are left alone; a value of None removes the field.
-        Replayed on a concurrent head, it changes the records as they are there."""
+        Replayed on a concurrent head, it changes the records as they are there
+        (so it is recorded even when it changes nothing here)."""
         state = self._state(table)
         from merkle.db.changes import update_patches, updated_rows
 
+        # Copied now: a caller reusing its dicts must not change what a replay writes.
+        changes = db_ops.snapshot(changes) if isinstance(changes, Mapping) else changes
+        known = known_fields(state.table)
         if state.table.root.typed:
             # Field-level patches: no record is read now (see merkle.tablets.patches).
             patched = update_patches(state.table, changes)
             if patched is None:
-                return self  # type: ignore[return-value]
+                return self._unchanged_update(table, state, changes)
             changed, patches = patched
             new_state = TableState(changed, (*state.changes, TableChange(patches=patches)))
-            op = db_ops.Update(table, changed.root.uid, dict(changes), known_fields(state.table))
+            op = db_ops.Update(table, changed.root.uid, changes, known)
             return self._with_table(table, new_state, op)
         done = updated_rows(self._table(table), changes)
         if done is None or not len(done[1]):
-            return self  # type: ignore[return-value]
+            return self._unchanged_update(table, state, changes)
         current, rows = done
         changed = (
             state.table.with_schema(current.root.schema) if current.root.typed else state.table
         )
         new_state = TableState(changed, (*state.changes, TableChange(upserts=rows)))
-        op = db_ops.Update(table, changed.root.uid, dict(changes), known_fields(state.table))
+        op = db_ops.Update(table, changed.root.uid, changes, known)
         return self._with_table(table, new_state, op)
 
+    def _unchanged_update(
+        self, table: str, state: TableState, changes: Mapping[Any, Mapping[str, Any]]
+    ) -> Database:
+        """An update that changes nothing here, recorded (unless it names no key): on a
+        concurrent head its keys may have records."""
+        if not changes:
+            return self  # type: ignore[return-value]
+        op = db_ops.Update(table, state.table.root.uid, changes, known_fields(state.table))
+        return self._with_table(table, state, op)
+
+    @continues_committed
     def upsert(
         self,
         table: str,
@@ -94,15 +118,16 @@ class RecordOps:
         ``when_matched`` "update" merges its fields into the record, "replace"
         writes it whole, "skip" leaves the record; with ``condition`` only when
         ``condition(current, new)`` is true. A record whose key does not exist
-        is inserted unless ``when_not_matched`` is "skip"."""
+        is inserted unless ``when_not_matched`` is "skip". Recorded even when it
+        writes nothing here: a replay on a concurrent head decides again."""
         state = self._state(table)
         current = self._table(table)
         from merkle.db.changes import upserted_records
         from merkle.db.inputs import once_readable
 
-        # Read a one-shot input (a generator, a RecordBatchReader) once: the op keeps it for
-        # a replay, which must see the same rows.
-        rows = once_readable(rows)
+        # Read a one-shot input (a generator, a RecordBatchReader) once, and copy the
+        # records: the op keeps them for a replay, which must see the same rows.
+        rows = db_ops.snapshot(once_readable(rows))
         records = upserted_records(current, rows, when_matched, when_not_matched, condition)
         known = known_fields(state.table)
         return self._upsert(
@@ -111,16 +136,21 @@ class RecordOps:
             lambda uid, _, __: db_ops.Upsert(
                 table, uid, rows, when_matched, when_not_matched, condition, known
             ),
+            replayable=True,
         )
 
+    @continues_committed
     def delete_where(self, table: str, predicate: Any) -> Database:
         """Delete the records ``predicate`` holds for: a ``pyarrow.compute.Expression``
         (``pc.field("qty") == 0``) or a function of a record. Replayed on a
-        concurrent head, it deletes what matches there."""
+        concurrent head, it deletes what matches there (so it is recorded even when
+        nothing matches here)."""
         from merkle.db.changes import deleted_keys
 
         keys = deleted_keys(self._table(table), predicate)
-        return self._delete(table, keys, lambda uid: db_ops.DeleteWhere(table, uid, predicate))
+        return self._delete(
+            table, keys, lambda uid: db_ops.DeleteWhere(table, uid, predicate), replayable=True
+        )
 
     def _read_fields(
         self, current: Table, table: str, fields: Sequence[str] | None
@@ -205,17 +235,31 @@ class RecordOps:
         fields = self._read_fields(current, table, fields)
         return batch_reader(current, fields, from_pk, to_pk, check_filter(filter))
 
-    def to_pandas(self, table: str, fields: Sequence[str] | None = None, **bounds: Any) -> Any:
-        """The table as a pandas DataFrame (``merkle-db[pandas]``)."""
+    def to_pandas(
+        self,
+        table: str,
+        fields: Sequence[str] | None = None,
+        from_pk: Any = None,
+        to_pk: Any = None,
+    ) -> Any:
+        """The table (or a key range of it, as ``to_arrow``) as a pandas DataFrame
+        (``merkle-db[pandas]``)."""
         from merkle.db.streams import to_pandas
 
-        return to_pandas(self.to_arrow(table, fields, **bounds))
+        return to_pandas(self.to_arrow(table, fields, from_pk=from_pk, to_pk=to_pk))
 
-    def to_polars(self, table: str, fields: Sequence[str] | None = None, **bounds: Any) -> Any:
-        """The table as a Polars DataFrame (``merkle-db[polars]``)."""
+    def to_polars(
+        self,
+        table: str,
+        fields: Sequence[str] | None = None,
+        from_pk: Any = None,
+        to_pk: Any = None,
+    ) -> Any:
+        """The table (or a key range of it, as ``to_arrow``) as a Polars DataFrame
+        (``merkle-db[polars]``)."""
         from merkle.db.streams import to_polars
 
-        return to_polars(self.to_arrow(table, fields, **bounds))
+        return to_polars(self.to_arrow(table, fields, from_pk=from_pk, to_pk=to_pk))
 
     def dataset(self, table: str) -> Any:
         """The table as a lazy ``pyarrow.dataset.Dataset`` (one fragment per tablet) that
