@@ -236,11 +236,13 @@ def upserted_records(
     matched: str,
     not_matched: str,
     condition: Condition | None,
+    name: str = "this table",
 ) -> list[dict[str, Any]]:
-    """The records a conditional upsert writes (see ``Database.upsert``)."""
-    if matched not in MATCHED:
+    """The records a conditional upsert writes (see ``Database.upsert``); ``name``
+    names the table in errors."""
+    if not isinstance(matched, str) or matched not in MATCHED:
         raise UsageError(f"when_matched must be one of {MATCHED}, got {matched!r}")
-    if not_matched not in NOT_MATCHED:
+    if not isinstance(not_matched, str) or not_matched not in NOT_MATCHED:
         raise UsageError(f"when_not_matched must be one of {NOT_MATCHED}, got {not_matched!r}")
     if condition is not None and not callable(condition):
         raise UsageError("condition must be a function (current record, new record) -> bool")
@@ -248,7 +250,7 @@ def upserted_records(
     if is_arrow_like(rows):
         incoming: list[dict[str, Any]] = as_arrow(rows).to_pylist()
     else:
-        listed = as_rows(rows, key, "this table")
+        listed = as_rows(rows, key, name)
         incoming = [dict(r) for r in listed] if isinstance(listed, list) else listed.to_pylist()
     current = _current(table, [key.key_of(r) for r in incoming])
     # Rows are applied in order: a later row of the same key sees (and its condition

@@ -22,10 +22,14 @@ from merkle.db.commit import continues_committed
 from merkle.db.dbroot import DbRoot
 from merkle.db.inputs import (
     as_rows,
+    check_families_arg,
     check_fields,
+    check_function,
+    check_key_codec_arg,
     check_key_fields,
     check_keys,
     check_metadata,
+    check_names_list,
     check_table_name,
 )
 from merkle.db.records import RecordOps
@@ -151,6 +155,8 @@ class Database(RecordOps):
     def has_table(self, name: str) -> bool:
         """Whether the database holds table ``name`` (without listing every table: a
         diff or merge asks this of each table, and databases may hold thousands)."""
+        if not isinstance(name, str):
+            raise UsageError(f"a table name is a string, got {type(name).__name__} {name!r}")
         if name in self._tables:
             return self._tables[name] is not None
         return name in self._base.tables
@@ -246,10 +252,8 @@ class Database(RecordOps):
         op = db_ops.CreateTable(
             name,
             key,
-            key_codec
-            if key_codec is None or isinstance(key_codec, str)
-            else "tuple(" + ",".join(key_codec) + ")",
-            dict(families) if families is not None else None,
+            check_key_codec_arg(key_codec, name),
+            check_families_arg(families, name),
             check_metadata(metadata, f"metadata of table {name!r}"),
             (limits.tablet_size, limits.branching, limits.patch, limits.patch_share),
             uuid.uuid4().hex,
@@ -283,6 +287,7 @@ class Database(RecordOps):
 
     @continues_committed
     def alter_table_meta(self, name: str, fn: Callable[..., Any], *args: Any) -> Database:
+        check_function(fn, f"alter_table_meta of table {name!r}: fn")
         state = self._state(name)
         table = state.current(self.version + 1)
         meta = check_metadata(fn(table.root.meta, *args), f"metadata of table {name!r}")
@@ -292,7 +297,12 @@ class Database(RecordOps):
     @continues_committed
     def alter_families(self, name: str, families: Mapping[str, Any]) -> Database:
         table = self._table(name)
-        op = db_ops.AlterFamilies(name, table.root.uid, dict(families))
+        if families is None:
+            raise UsageError(
+                f"alter_families of table {name!r} needs a dict of family name -> field names"
+            )
+        families = check_families_arg(families, name) or {}
+        op = db_ops.AlterFamilies(name, table.root.uid, families)
         return self._with_table(name, _TableState(table.with_families(families)), op)
 
     @continues_committed
@@ -453,7 +463,7 @@ class Database(RecordOps):
     def build_table(self, table: str, tablet_ids: Sequence[str]) -> Database:
         """This database with ``table``'s data replaced by the given tablets (in key order)."""
         state = self._state(table)
-        cids = [CID.parse(t) for t in tablet_ids]
+        cids = [CID.parse(t) for t in check_names_list(tablet_ids, "build_table's tablet_ids")]
         built = state.table.build_from(cids)
         self._staging.add_foreign(cids)  # proven stored at commit, under the writer lease
         op = db_ops.BuildTable(
@@ -487,6 +497,7 @@ class Database(RecordOps):
     @continues_committed
     def alter_db_meta(self, fn: Callable[..., Any], *args: Any) -> Database:
         """This database with metadata ``fn(metadata, *args)``."""
+        check_function(fn, "alter_db_meta: fn")
         meta = check_metadata(fn(self._meta, *args), f"metadata of database {self.name!r}")
         return self._evolve(
             meta=meta, meta_changed=True, ops=(*self._ops, db_ops.AlterDbMeta(fn, args))

@@ -364,6 +364,8 @@ def diff_databases(
     old = resolve_other(new, other)
     names = sorted(set(old.list_tables()) | set(new.list_tables()))
     if table is not None:
+        if not isinstance(table, str):
+            raise UsageError(f"table must be a table name, got {type(table).__name__} {table!r}")
         if table not in names:
             raise NotFoundError(
                 f"table {table!r} is in neither {old.name!r} version {old.version} nor "

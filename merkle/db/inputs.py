@@ -30,13 +30,17 @@ if TYPE_CHECKING:
 __all__ = [
     "as_rows",
     "check_count",
+    "check_families_arg",
     "check_field_name",
     "check_fields",
     "check_flag",
+    "check_function",
+    "check_key_codec_arg",
     "check_key_fields",
     "check_keys",
     "check_known_fields",
     "check_metadata",
+    "check_names_list",
     "check_resolved",
     "check_schema_change",
     "check_table_name",
@@ -188,6 +192,48 @@ def check_count(value: Any, what: str, least: int = 0, *, text: bool = False) ->
     raise UsageError(
         f"{what} must be at least {least}, a whole number; got {type(value).__name__} {value!r}"
     )
+
+
+def check_key_codec_arg(key_codec: Any, table: str) -> str | None:
+    """``create_table``'s ``key_codec``: None, a spec string, or a list of component specs
+    (a composite key), as one spec string."""
+    if key_codec is None or isinstance(key_codec, str):
+        return key_codec
+    if isinstance(key_codec, list | tuple) and all(isinstance(p, str) for p in key_codec):
+        return "tuple(" + ",".join(key_codec) + ")"
+    raise UsageError(
+        f"key_codec of table {table!r} must be a codec spec such as 'int' or "
+        f"'tuple(str,int)' (or a list of specs), got {type(key_codec).__name__} {key_codec!r}"
+    )
+
+
+def check_families_arg(families: Any, table: str) -> dict[str, Any] | None:
+    """``families`` as a dict of family name -> field names (None stays None)."""
+    if families is None:
+        return None
+    if not isinstance(families, Mapping):
+        raise UsageError(
+            f"families of table {table!r} must be a dict of family name -> list of field "
+            f"names, such as {{'prices': ['price', 'qty']}}, got {type(families).__name__} "
+            f"{families!r}"
+        )
+    return dict(families)
+
+
+def check_function(fn: Any, what: str) -> None:
+    """UsageError unless ``fn`` can be called (``what`` names the argument)."""
+    if not callable(fn):
+        raise UsageError(
+            f"{what} must be a function of the old metadata (and any further arguments) "
+            f"returning the new metadata, got {type(fn).__name__} {fn!r}"
+        )
+
+
+def check_names_list(names: Any, what: str) -> list[str]:
+    """A list of strings given as a list or tuple (not one string, not anything else)."""
+    if isinstance(names, list | tuple) and all(isinstance(n, str) for n in names):
+        return list(names)
+    raise UsageError(f"{what} must be a list of strings, got {type(names).__name__} {names!r}")
 
 
 def check_fields(fields: Sequence[str] | None) -> list[str] | None:

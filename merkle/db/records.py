@@ -128,7 +128,7 @@ class RecordOps:
         # Read a one-shot input (a generator, a RecordBatchReader) once, and copy the
         # records: the op keeps them for a replay, which must see the same rows.
         rows = db_ops.snapshot(once_readable(rows))
-        records = upserted_records(current, rows, when_matched, when_not_matched, condition)
+        records = upserted_records(current, rows, when_matched, when_not_matched, condition, table)
         known = known_fields(state.table)
         return self._upsert(
             table,

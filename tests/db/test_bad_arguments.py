@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -406,3 +407,38 @@ def test_composite_key_values_that_do_not_compare(conn: merkle.Connection, odd: 
 def test_gc_timings_checked(conn: merkle.Connection, arguments: dict[str, Any]) -> None:
     with pytest.raises(UsageError, match=next(iter(arguments))):
         merkle.gc(conn, **arguments)
+
+
+# -- arguments of Database methods (the second half of the probe's findings) ----------
+
+
+@pytest.fixture
+def shop() -> merkle.Database:
+    conn = merkle.connect("memory://")
+    return conn.create_db("d").create_table("t", key="id").write("t", [{"id": 1}]).commit()
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda d: d.create_table("n", key="id", key_codec=5), "key_codec of table 'n'"),
+        (lambda d: d.create_table("n", key="id", families="ab"), "families of table 'n'"),
+        (lambda d: d.alter_families("t", None), "alter_families of table 't'"),
+        (lambda d: d.alter_families("t", 5), "families of table 't'"),
+        (lambda d: d.alter_db_meta({"x": 1}), "alter_db_meta: fn must be a function"),
+        (lambda d: d.alter_table_meta("t", None), "alter_table_meta of table 't': fn"),
+        (lambda d: d.has_table(["t"]), "a table name is a string"),
+        (lambda d: d.has_table(None), "a table name is a string"),
+        (lambda d: d.build_table("t", ""), "tablet_ids must be a list of strings"),
+        (lambda d: d.build_table("t", None), "tablet_ids must be a list of strings"),
+        (lambda d: d.upsert("t", None), "records for table 't'"),
+        (lambda d: d.upsert("t", [{"id": 2}], when_matched=["update"]), "when_matched"),
+        (lambda d: d.diff(0, table=["t"]), "table must be a table name"),
+    ],
+)
+def test_database_arguments_are_checked(
+    shop: merkle.Database, call: Callable[[merkle.Database], object], match: str
+) -> None:
+    with pytest.raises(UsageError, match=re.escape(match)):
+        call(shop)
+    assert shop.get_records("t", [1]) == {1: {"id": 1}}  # nothing changed
