@@ -6,7 +6,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from merkle.blocks.cid import CID
-from merkle.errors import MerkleError, NotFoundError
+from merkle.errors import MerkleError, NotFoundError, UsageError
 from merkle.tablets.keys import infer_key_codec_arrow
 from merkle.tablets.segment import arrow_to_records
 from merkle.tablets.store import TableStore
@@ -71,4 +71,11 @@ def read_stray_tablet(
     codec = infer_key_codec_arrow(keys.schema.field(key_field).type)
     stray = Table.new(ts, key_field=key_field, key_codec=codec.spec)
     rows = stray.read_tablet(cid, fields)
+    unknown = [name for name in fields or () if name not in rows.column_names]
+    if unknown:  # no table to ask: the tablet's own columns are its fields
+        every = stray.read_tablet(cid, None).column_names
+        raise UsageError(
+            f"tablet {cid} has no field {unknown[0]!r}; its fields: {', '.join(every)}: "
+            "read only fields the tablet has (fields=None reads all)"
+        )
     return iter(arrow_to_records(rows, key_field=key_field, codec=codec, fields=fields))

@@ -442,3 +442,32 @@ def test_database_arguments_are_checked(
     with pytest.raises(UsageError, match=re.escape(match)):
         call(shop)
     assert shop.get_records("t", [1]) == {1: {"id": 1}}  # nothing changed
+
+
+def test_a_stray_tablet_read_names_its_fields(shop: merkle.Database) -> None:
+    """A tablet no table holds (here: of a dropped table) ignored an unknown field."""
+    db = shop.compact("t").commit()
+    (tablet,) = db.list_tablets("t")
+    stray = db.drop_table("t")
+    assert list(stray.read_tablet(tablet["id"], fields=["id"])) == [{"id": 1}]
+    with pytest.raises(UsageError, match=r"has no field 'nope'; its fields: id"):
+        list(stray.read_tablet(tablet["id"], fields=["nope"]))
+
+
+@pytest.mark.parametrize(
+    ("value", "fsync"), [("false", False), ("TRUE", True), (0, False), (True, True)]
+)
+def test_file_store_flags_read_as_written(tmp_path: Path, value: object, fsync: bool) -> None:
+    """``-o fsync=false`` arrives as the text "false", which Python takes for true."""
+    from merkle.storage import open_store
+
+    with open_store(str(tmp_path / "lake"), fsync=value) as store:
+        assert store.reopen_options()["fsync"] is fsync
+
+
+@pytest.mark.parametrize(("name", "value"), [("fsync", "maybe"), ("bulk_workers", 0)])
+def test_file_store_options_are_checked(tmp_path: Path, name: str, value: object) -> None:
+    from merkle.storage import open_store
+
+    with pytest.raises(UsageError, match=name):
+        open_store(str(tmp_path / "lake"), **{name: value})
