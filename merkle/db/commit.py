@@ -123,7 +123,8 @@ def _commit(
         time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 50)))  # jittered backoff
     raise ConflictError(
         f"gave up committing to database {name!r} after {MAX_COMMIT_ATTEMPTS} "
-        "attempts: other writers kept committing first"
+        "attempts: other writers kept committing first; nothing was committed: commit "
+        "again later, or make fewer, larger transactions (or write through one process)"
     )
 
 

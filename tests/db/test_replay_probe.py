@@ -437,3 +437,22 @@ def test_read_tablet_of_an_unknown_field_is_a_usage_error(conn: merkle.Connectio
     with pytest.raises(UsageError, match="'nope'"):
         db.read_tablet(tablet, fields=["nope"])
     assert list(db.read_tablet(tablet, fields=["v"])) == [{"k": 0, "v": 0}, {"k": 1, "v": 1}]
+
+
+def test_a_commit_that_keeps_losing_says_what_to_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After its last attempt a commit names the way out (it only said it gave up)."""
+    import merkle.db.commit as commit_module
+    import merkle.db.landing as landing
+    from merkle.refs import JournalConflictError
+
+    conn = merkle.connect("memory://")
+    db = conn.create_db("d").create_table("t", key="k").commit()
+
+    def always_lost(value: Any, *args: Any) -> Any:
+        raise JournalConflictError("d", value.version, value.version + 1)
+
+    monkeypatch.setattr(commit_module, "MAX_COMMIT_ATTEMPTS", 2)
+    monkeypatch.setattr(landing, "land_commit", always_lost)
+    with pytest.raises(ConflictError, match=r"after 2 attempts.*nothing was committed"):
+        db.write("t", [{"k": 1}]).commit()
+    assert conn.open_db("d").version == db.version
