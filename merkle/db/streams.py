@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from merkle.errors import UsageError
 from merkle.lazy import compute as pc
+from merkle.tablets.freeform import check_zones
 from merkle.tablets.table import Table
 
 __all__ = ["batch_reader", "check_filter", "to_pandas", "to_polars"]
@@ -89,6 +90,8 @@ def to_pandas(arrow: pa.Table) -> Any:
         import pandas
     except ImportError:
         raise UsageError("to_pandas needs pandas: pip install 'merkle-db[pandas]'") from None
+    for field in arrow.schema:  # pandas needs each zone: a raw pytz error otherwise
+        check_zones(field.type, field.name)
     nullable = [
         i
         for i, field in enumerate(arrow.schema)

@@ -37,6 +37,7 @@ __all__ = [
     "arrow_to_records",
     "cbor_column",
     "check_name",
+    "check_zones",
     "column_values",
     "field_set",
     "in_micros",
@@ -248,7 +249,7 @@ def _column_values(table: pa.Table, name: str) -> list[Any]:
     kind = column.type
     if pa.types.is_timestamp(kind) and kind.tz is not None:
         return _utc_values(column)
-    _check_zones(kind, name)
+    check_zones(kind, name)
     return list(column.to_pylist())
 
 
@@ -289,7 +290,7 @@ def unknown_time_zone(kind: pa.DataType) -> str | None:
     return None
 
 
-def _check_zones(kind: pa.DataType, name: str) -> None:
+def check_zones(kind: pa.DataType, name: str) -> None:
     """UsageError for a column whose type names a time zone Python does not know: each
     value would be a raw error (a table written before such zones were refused)."""
     zone = unknown_time_zone(kind)
@@ -312,7 +313,7 @@ def python_values(
     such a column is read as Arrow, as nanoseconds are (:func:`in_micros`).
     """
     convert = _utc_values if utc else _plain_values
-    _check_zones(column.type, name)
+    check_zones(column.type, name)
     try:
         return convert(column)
     except UnicodeDecodeError:

@@ -146,6 +146,8 @@ def test_a_stored_unknown_time_zone_reads_as_a_merkle_error(
         list(db.scan("e"))
     with pytest.raises(UsageError, match="unknown time zone 'Mars/Base'"):
         db.get_records("e", [1])
+    with pytest.raises(UsageError, match="unknown time zone 'Mars/Base'"):
+        db.to_pandas("e")  # a raw pytz error before
     assert db.to_arrow("e").num_rows == 1
 
 
