@@ -322,13 +322,7 @@ class Connection:
                 raise UsageError(f"version must be a non-negative integer, got {version!r}")
             if self.refs.head(name) is None:
                 raise NotFoundError(f"there is no database {name!r} in {self.uri}")
-            try:
-                return self.refs.get(name, version)
-            except NotFoundError:
-                tag = self.tag_refs.keeping(name, version)  # trimmed, but a tag keeps it
-                if tag is None or tag.entry is None:
-                    raise
-                return tag.entry
+            return kept_entry(self, name, version)  # trimmed, a tag may still keep it
         if at is not None:
             if not isinstance(at, datetime):
                 raise UsageError(f"at must be a datetime, got {type(at).__name__}")
