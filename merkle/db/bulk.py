@@ -27,6 +27,7 @@ from merkle.db.ops import Op, _same_table
 from merkle.db.tablestate import TableState as _TableState
 from merkle.errors import ConflictError
 from merkle.refs import Lease
+from merkle.tablets.fieldids import carry_identities
 from merkle.tablets.nodes import TableRoot
 from merkle.tablets.store import TableStore
 from merkle.tablets.table import Table
@@ -137,6 +138,7 @@ class ReplaceTable(Op):
             count=self.root.count,
             size=self.root.size,
         )
+        root = carry_identities(current, root)  # fields the bulk write added are new ones
         # The commit proves the new tablets still stored, under its writer lease.
         db._staging.add_foreign(CID.parse(cid) for cid in self.made)
         return db._with_table(self.table, _TableState(Table(db._ts, root)), self)

@@ -41,6 +41,7 @@ from merkle.db.tablestate import known_fields
 from merkle.errors import NotFoundError, UsageError
 from merkle.lazy import LazyModule
 from merkle.refs import JournalEntry
+from merkle.tablets.fieldids import FieldId
 from merkle.tablets.rows import empty_keys, sort_rows
 from merkle.tablets.schema import check_schema, with_free_fields
 from merkle.tablets.store import TableStore
@@ -336,9 +337,8 @@ class Database(RecordOps):
             altered = table.alter_schema(change)
         except UsageError as exc:
             raise type(exc)(f"table {name!r}: {exc}") from None
-        return self._with_table(
-            name, _TableState(altered), db_ops.AlterSchema(name, table.root.uid, change)
-        )
+        op = db_ops.AlterSchema(name, table.root.uid, change, known_fields(table))
+        return self._with_table(name, _TableState(altered), op)
 
     # -- records -------------------------------------------------------------------
 
@@ -361,7 +361,7 @@ class Database(RecordOps):
         self,
         table: str,
         records: Any,
-        op: Callable[[str, pa.Table, frozenset[str] | None], db_ops.Op],
+        op: Callable[[str, pa.Table, Mapping[str, FieldId] | None], db_ops.Op],
         replayable: bool = False,
     ) -> Database:
         """``records`` written; the change recorded as ``op(uid, rows, known)``. With

@@ -376,7 +376,7 @@ class _Merge:
             return
         table = self._settings(name, b, o, t)
         if schemas.ours is not None:
-            table = table.alter_schema(schemas.ours)
+            table = table.alter_schema(schemas.ours).with_identities(schemas.ids, schemas.epoch)
         if not t.root.key_codec:  # theirs never held a record: no row to bring over
             if table is not self.result._table(name):
                 self.result = self.result._with_table(name, _TableState(table), _MergedTable(name))

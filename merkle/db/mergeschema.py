@@ -21,11 +21,14 @@ table, settled by ``"ours"``/``"theirs"`` or reported:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as _field
 
 import pyarrow as pa
 
 from merkle.tablets.evolve import SchemaChange, can_widen, plan_change, rewrite_rows
+from merkle.tablets.fieldids import FieldId, identities
 from merkle.tablets.rows import SortedRows
 from merkle.tablets.schema import is_free
 from merkle.tablets.table import Table
@@ -40,6 +43,10 @@ class SchemaMerge:
     ours: SchemaChange | None  # None: our schema is the result already
     theirs: SchemaChange | None  # None: their rows fit the result as they are
     conflict: str | None = None  # why the schemas cannot be merged
+    #: Identities of the fields ours takes from theirs, and the schema epoch the
+    #: result needs (see merkle.tablets.fieldids): kept, so later merges know them.
+    ids: Mapping[str, FieldId] = _field(default_factory=dict)
+    epoch: int = 0
 
 
 def _fields(schema: pa.Schema | None) -> dict[str, pa.Field]:
@@ -82,9 +89,21 @@ def merge_schemas(base: Table | None, ours: Table, theirs: Table) -> SchemaMerge
         return SchemaMerge(None, None)
     b = _fields(base.root.schema if base is not None and base.root.typed else None)
     o, t = _fields(ours.root.schema), _fields(theirs.root.schema)
-    if o == t:
+    ids_b = identities(base.root) if base is not None and base.root.typed else {}
+    ids_o, ids_t = identities(ours.root), identities(theirs.root)
+    if o == t and ids_o == ids_t:
         return SchemaMerge(None, None)
+    for side, ids in (("our", ids_o), ("their", ids_t)):
+        again = [n for n in b if n in ids and n in ids_b and ids[n] != ids_b[n]]
+        if again:
+            return SchemaMerge(
+                None,
+                None,
+                f"field {again[0]!r} was dropped and added again on {side} side (a new field "
+                "under the old name) and the table changed on the other",
+            )
     result: dict[str, pa.Field] = {}
+    taken: dict[str, FieldId] = {}  # identities of the fields only theirs added
     gone = [n for n in b if n not in o and n not in t]
     if gone:
         # Without field identities a rename is a drop and an add: two renames of one
@@ -112,6 +131,8 @@ def merge_schemas(base: Table | None, ours: Table, theirs: Table) -> SchemaMerge
             added = of if of is not None else tf
             assert added is not None
             result[name] = added
+            if of is None:
+                taken[name] = ids_t[name]
         elif _same(tf, bf):
             result[name] = of
         elif _same(of, bf) or _same(of, tf):
@@ -126,7 +147,8 @@ def merge_schemas(base: Table | None, ours: Table, theirs: Table) -> SchemaMerge
             return SchemaMerge(None, None, change)
     assert not isinstance(to_ours, str)
     assert not isinstance(to_theirs, str)
-    return SchemaMerge(to_ours, to_theirs)
+    epoch = max(ours.root.schema_epoch, theirs.root.schema_epoch)
+    return SchemaMerge(to_ours, to_theirs, ids=taken, epoch=epoch)
 
 
 def _same(x: pa.Field | None, y: pa.Field | None) -> bool:

@@ -33,6 +33,7 @@ import pyarrow as pa
 from merkle.errors import ConflictError, UsageError
 from merkle.lazy import compute as pc
 from merkle.tablets.evolve import SchemaChange
+from merkle.tablets.fieldids import FieldId, identities
 from merkle.tablets.schema import type_family
 
 if TYPE_CHECKING:
@@ -148,31 +149,43 @@ def snapshot(value: Any) -> Any:
 
 
 def _gone_fields(
-    db: Database, table: str, named: Iterable[str], known: frozenset[str] | None
+    db: Database, table: str, named: Iterable[str], known: Mapping[str, FieldId] | None
 ) -> list[str]:
-    """The fields of ``named`` that the table had when the operation was made (``known``)
-    and that it has no longer on ``db``: dropped or renamed by a concurrent commit."""
+    """The fields of ``named`` that the table had when the operation was made (``known``:
+    name -> identity) and that it has no longer on ``db``: dropped or renamed by a
+    concurrent commit, or dropped and added again (the name now holds another field)."""
     if known is None:
         return []
     root = db._table(table).root
     if not root.typed or root.schema is None:
         return []
-    have = set(root.schema.names)
-    return [name for name in dict.fromkeys(named) if name in known and name not in have]
+    have = identities(root)
+    return [
+        name
+        for name in dict.fromkeys(named)
+        if name in known and (name not in have or have[name] != known[name])
+    ]
 
 
 def _check_fields_kept(
-    db: Database, table: str, named: Iterable[str], known: frozenset[str] | None
+    db: Database, table: str, named: Iterable[str], known: Mapping[str, FieldId] | None
 ) -> None:
-    """ConflictError when the replayed operation sets a field the new head dropped or
-    renamed: replaying would silently re-create the old field."""
+    """ConflictError when the replayed operation sets a field the new head dropped,
+    renamed, or dropped and added again: replaying would silently re-create the old
+    field, or put the old field's values into the new one."""
     gone = _gone_fields(db, table, named, known)
     if gone:
+        root = db._table(table).root
+        again = root.schema is not None and gone[0] in root.schema.names
+        what = "dropped and added again" if again else "dropped or renamed"
+        harm = (
+            "put the old field's values into the new one" if again else "bring the old field back"
+        )
         raise ConflictError(
-            f"field {gone[0]!r} of table {table!r} was dropped or renamed by a concurrent "
+            f"field {gone[0]!r} of table {table!r} was {what} by a concurrent "
             f"commit (database {db.name!r}, now at version {db.version}) and this "
-            "transaction changes it: replaying the change would bring the old field back; "
-            "open the database again and redo the change on the table's new schema"
+            f"transaction changes it: replaying the change would {harm}; open the database "
+            "again and redo the change on the table's new schema"
         )
 
 
@@ -287,7 +300,7 @@ class Write(Op):
     table: str
     uid: str
     rows: pa.Table
-    known: frozenset[str] | None = None
+    known: Mapping[str, FieldId] | None = None
 
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
@@ -323,7 +336,7 @@ class Update(Op):
     table: str
     uid: str
     changes: Mapping[Any, Mapping[str, Any]]
-    known: frozenset[str] | None = None  # the table's fields when made (see Write)
+    known: Mapping[str, FieldId] | None = None  # the table's fields when made (see Write)
 
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
@@ -342,7 +355,7 @@ class Upsert(Op):
     when_matched: str
     when_not_matched: str
     condition: Callable[..., Any] | None
-    known: frozenset[str] | None = None  # the table's fields when made (see Write)
+    known: Mapping[str, FieldId] | None = None  # the table's fields when made (see Write)
 
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
@@ -424,10 +437,22 @@ class AlterSchema(Op):
     table: str
     uid: str
     change: SchemaChange
+    known: Mapping[str, FieldId] | None = None  # the table's fields when made (see Write)
 
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
-        return _replayed(self.table, db, lambda: db._alter_schema(self.table, self.change))
+        change = self.change
+        named = [*change.drop, *change.rename, *change.widen, *change.nullable, *change.free]
+        root = db._table(self.table).root
+        present = set(root.schema.names) if root.schema is not None else set()
+        again = [n for n in _gone_fields(db, self.table, named, self.known) if n in present]
+        if again:
+            raise ConflictError(
+                f"field {again[0]!r} of table {self.table!r} was dropped and added again by a "
+                f"concurrent commit (database {db.name!r}, now at version {db.version}): this "
+                f"transaction's alter_schema of the old field would change the new one; {_REDO}"
+            )
+        return _replayed(self.table, db, lambda: db._alter_schema(self.table, change))
 
 
 @dataclass(frozen=True)

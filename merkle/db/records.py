@@ -20,6 +20,7 @@ from merkle.db.commit import continues_committed
 from merkle.db.inputs import check_keys, check_known_fields
 from merkle.db.tablestate import TableChange, TableState, known_fields
 from merkle.lazy import LazyModule
+from merkle.tablets.fieldids import FieldId
 from merkle.tablets.table import Table
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ class RecordOps:
             self,
             table: str,
             records: Any,
-            op: Callable[[str, pa.Table, frozenset[str] | None], db_ops.Op],
+            op: Callable[[str, pa.Table, Mapping[str, FieldId] | None], db_ops.Op],
             replayable: bool = False,
         ) -> Database: ...
         def _delete(

@@ -7,12 +7,15 @@ or at commit, so a loop of small writes costs one batch, not one per call.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 import pyarrow as pa
 
 from merkle.tablets.batch import BatchContent, fold
+from merkle.tablets.fieldids import FieldId, identities
 from merkle.tablets.patches import Patches
 from merkle.tablets.rows import SortedRows, empty_keys
 from merkle.tablets.table import Table
@@ -81,11 +84,11 @@ class TableState:
         return fold(contents, spec.key_field, codec)
 
 
-def known_fields(table: Table) -> frozenset[str] | None:
-    """The fields of a typed table's schema (None for a table without one): recorded with a
-    write so that its replay can tell a field a concurrent commit dropped or renamed from
-    a field the write adds (see :mod:`merkle.db.ops`)."""
-    schema = table.root.schema
-    if not table.root.typed or schema is None:
+def known_fields(table: Table) -> Mapping[str, FieldId] | None:
+    """The fields of a typed table's schema and their identities (None for a table
+    without one): recorded with a write so that its replay can tell a field a concurrent
+    commit dropped, renamed, or dropped and added again from the field the write set
+    (see :mod:`merkle.db.ops`)."""
+    if not table.root.typed or table.root.schema is None:
         return None
-    return frozenset(schema.names)
+    return MappingProxyType(identities(table.root))

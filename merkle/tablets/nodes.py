@@ -364,6 +364,15 @@ class BatchNode:
         return batch
 
 
+def _field_ids(node: Any) -> dict[str, tuple[str, int]]:
+    """The stored field identities: name -> [birth name, epoch]."""
+    out: dict[str, tuple[str, int]] = {}
+    for name, ident in _map(node).items():
+        birth, epoch = _list(ident)
+        out[_text(name)] = (_text(birth), _count(epoch))
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class TableRoot:
     """The root of one table version: settings, the merged area and the pending batches.
@@ -391,6 +400,11 @@ class TableRoot:
     schema: pa.Schema | None = None
     #: Fields first written after this table chose so are schema-free (the record model).
     free_default: bool = False
+    #: Field name -> identity (birth name, epoch), for fields whose identity is not
+    #: ``(name, 0)``; see :mod:`merkle.tablets.fieldids`.
+    field_ids: Mapping[str, tuple[str, int]] = field(default_factory=dict)
+    #: How many schema changes took a field name away (drops, renames).
+    schema_epoch: int = 0
 
     def __post_init__(self) -> None:
         if not self.key_fields:
@@ -421,6 +435,10 @@ class TableRoot:
             node["schema"] = None if self.schema is None else encode_schema(self.schema)
             if self.free_default:
                 node["new_fields"] = "free"
+            if self.field_ids:
+                node["field_ids"] = {n: [b, e] for n, (b, e) in sorted(self.field_ids.items())}
+            if self.schema_epoch:
+                node["schema_epoch"] = self.schema_epoch
         return node
 
     @classmethod
@@ -469,6 +487,8 @@ class TableRoot:
                 typed,
                 None if stored is None else decode_schema(stored, where),
                 node.get("new_fields", "typed") == "free",
+                _field_ids(node.get("field_ids", {})) if typed else {},
+                _count(node.get("schema_epoch", 0)) if typed else 0,
             )
         except (KeyError, TypeError, ValueError, IntegrityError) as exc:
             raise IntegrityError(f"table root {where} is malformed: {exc}") from exc

@@ -36,6 +36,7 @@ from merkle.tablets.conform import (
     present_records,
     schema_of_segments,
 )
+from merkle.tablets.fieldids import FieldId, carry_identities, with_identities
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
 from merkle.tablets.keys import key_codec as parse_key_codec
 from merkle.tablets.nodes import BASE, ChildRef, Limits, TableRoot
@@ -141,8 +142,13 @@ class Table(TableReads):
         """Store the root node; its CID names this table version."""
         return self.ts.put_node(self.root.to_node())
 
-    def _with(self, **changes: Any) -> Table:
-        return Table(self.ts, replace(self.root, **changes))
+    def _with(self, *, renamed: Mapping[str, str] | None = None, **changes: Any) -> Table:
+        """This table with root fields changed; a changed schema continues the field
+        identities (``renamed``: old name -> new, see :mod:`merkle.tablets.fieldids`)."""
+        root = replace(self.root, **changes)
+        if "schema" in changes:
+            root = carry_identities(self.root, root, renamed)
+        return Table(self.ts, root)
 
     # -- properties ----------------------------------------------------------------
 
@@ -284,6 +290,11 @@ class Table(TableReads):
             table = self._with(key_codec=done.codec.spec, schema=done.schema)
             table._data, table._data_loaded = self._data, self._data_loaded
         return table, done.rows
+
+    def with_identities(self, ids: Mapping[str, FieldId], epoch: int) -> Table:
+        """This table whose fields named in ``ids`` take those identities, its schema
+        epoch at least ``epoch`` (a merge keeps the identities of the fields it brings)."""
+        return Table(self.ts, with_identities(self.root, ids, epoch))
 
     def with_schema(self, schema: pa.Schema) -> Table:
         """This table with another schema (the caller keeps stored data consistent with it)."""
@@ -492,9 +503,9 @@ class Table(TableReads):
 
         plan = plan_change(self.root.schema, self.key, self.root.families, change)
         if not plan.rewrite:
-            return self._with(schema=plan.schema)
+            return self._with(schema=plan.schema, renamed=plan.renamed)
         flushed = self.flush()
-        changed = flushed._with(schema=plan.schema, families=plan.families)
+        changed = flushed._with(schema=plan.schema, families=plan.families, renamed=plan.renamed)
         if flushed.root.data is None or not self.root.key_codec:
             return changed
         old, new = flushed._tree(), changed._tree()
