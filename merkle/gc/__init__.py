@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from merkle.errors import UsageError
 from merkle.gc.verify import verify
 from merkle.lazy import lazy_attributes
 
@@ -68,6 +69,10 @@ __all__ = [
 ]
 
 
+#: How long set_retention may hold the GC lock (a read and a write of the policy).
+_POLICY_LOCK_TTL = 60.0
+
+
 def get_policy(conn: Connection) -> Policy:
     """The lake's retention policy and grace period."""
     from merkle.gc.policy import load_policy
@@ -82,22 +87,38 @@ def set_retention(
     *,
     db: str | None = None,
     grace: timedelta | str | None = None,
+    wait: float = 60.0,
 ) -> Policy:
     """Store the lake's default retention, or ``db``'s override (both None: remove it).
 
     With ``db`` and neither limit, the database's override is removed and the
     lake default applies to it again. ``grace`` sets the lake's grace period.
+
+    The policy is one object changed by reading and writing it back, so the
+    change is made holding the GC lock: two calls at once each keep their
+    change (without the lock one override was lost, and a collection then
+    trimmed versions it was set to keep), and a collection that read the old
+    policy before the change deletes nothing (see :func:`merkle.gc.gc`). A
+    running collection holds the lock: the call waits up to ``wait`` seconds
+    for it, then raises :class:`~merkle.refs.LockHeldError`.
     """
     from merkle.gc.policy import Policy, Retention, load_policy, parse_duration, save_policy
+    from merkle.refs import check_db_name
 
-    policy = load_policy(conn.store)
     within = parse_duration(keep_within, "keep_within") if keep_within is not None else None
     retention = Retention(keep_versions, within)
-    if db is None:
-        policy = policy.with_default(retention)
-    else:
-        policy = policy.with_database(db, None if retention.keeps_everything else retention)
-    if grace is not None:
-        policy = Policy(policy.default, policy.databases, parse_duration(grace, "grace"))
-    save_policy(conn.store, policy)
+    new_grace = parse_duration(grace, "grace") if grace is not None else None
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not wait >= 0:
+        raise UsageError(f"set_retention(wait=) must be a number of seconds >= 0, got {wait!r}")
+    if db is not None:
+        check_db_name(db)  # before the lock: bad arguments write nothing
+    with conn.leases.acquire_gc_lock(_POLICY_LOCK_TTL, wait_timeout=float(wait)):
+        policy = load_policy(conn.store)
+        if db is None:
+            policy = policy.with_default(retention)
+        else:
+            policy = policy.with_database(db, None if retention.keeps_everything else retention)
+        if new_grace is not None:
+            policy = Policy(policy.default, policy.databases, new_grace)
+        save_policy(conn.store, policy)
     return policy

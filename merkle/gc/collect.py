@@ -345,7 +345,7 @@ def gc(
     dry_run = check_flag(dry_run, "gc(dry_run=)")
     writer_wait = _seconds(writer_wait, "gc(writer_wait=)", zero=True)
     lock_ttl = _seconds(lock_ttl, "gc(lock_ttl=)", zero=False)
-    policy = load_policy(conn.store)
+    stored = policy = load_policy(conn.store)
     if keep_versions is not None or keep_within is not None:
         within = parse_duration(keep_within, "keep_within") if keep_within is not None else None
         policy = policy.with_default(Retention(keep_versions, within))
@@ -394,7 +394,16 @@ def gc(
             )
         with _held(lock, lock_ttl, conn.leases.timing):
             run.phase("lock")
-            _collect(run, listed, lock, writer_wait, tell)
+            if load_policy(conn.store) != stored:
+                # set_retention (which takes this lock) changed the policy after the
+                # marking read it: versions it now keeps may be unmarked. Count only.
+                report.sweep_skipped = (
+                    "the retention policy changed (set_retention) while this collection "
+                    "marked; nothing was trimmed or deleted: run gc again"
+                )
+                _collect(run, listed, None, writer_wait, tell)
+            else:
+                _collect(run, listed, lock, writer_wait, tell)
     report.finished_at = datetime.now(UTC)
     try:
         report.save(conn.store)
@@ -570,5 +579,10 @@ def _pass_writers(run: _Run, lock: GCLock, writer_wait: float, tell: Notify) -> 
     report.writer_leases_passed = [f"{lease.id} ({lease.holder})" for lease in passed]
     for name in journal_names(conn):
         lock.ensure_held()
+        if conn.refs.head(name) is None:
+            # A journal without an entry: a creation (create_db, a clone, an import)
+            # killed before its first entry landed left its folder. There is no view to
+            # fence; a creation still under way finds its lease passed when it lands.
+            continue
         conn.refs.fence(name, lock.generation)
         report.fences += 1
