@@ -6,7 +6,8 @@ The rules, as Delta Lake users know them:
   field of that name must not exist, nor carry merkle-db's own metadata
   (``merkle.*``) other than as :func:`~merkle.tablets.schema.free_field`
   makes it. Nothing is rewritten. Before a table's first write (no schema
-  yet) its key fields come first, of type null (an ``add`` of one types it).
+  yet) its key fields come first, of type null (an ``add`` of one types it,
+  with a type the table's key codec stores if ``create_table`` was given one).
 - **make nullable**: a non-nullable field accepts nulls from now on.
   Nothing is rewritten.
 - **widen** a field to a type that holds every value of the old one:
@@ -43,6 +44,7 @@ import pyarrow as pa
 from merkle.errors import SchemaError, UsageError
 from merkle.tablets.conform import KeyLayout
 from merkle.tablets.dicts import index_capacity
+from merkle.tablets.keychecks import check_codec_fits
 from merkle.tablets.keys import infer_key_codec_arrow
 from merkle.tablets.schema import (
     check_field_metadata,
@@ -218,8 +220,13 @@ def plan_change(
     key: KeyLayout,
     families: Mapping[str, Sequence[str]],
     change: SchemaChange,
+    codec: str | None = None,
 ) -> Plan:
-    """The schema ``change`` makes of ``schema``; SchemaError for a change the rules forbid."""
+    """The schema ``change`` makes of ``schema``; SchemaError for a change the rules forbid.
+
+    ``codec`` is the table's key codec, if it has one: a key field typed by the change
+    (added before the first write, or widened from null) must be of a type it stores.
+    """
     # No schema yet (created without one, never written): the key fields come first, as a
     # first write would put them, of type null until a write (or an add of them) types them.
     fields = list(schema) if schema is not None else [pa.field(n, pa.null()) for n in key.fields]
@@ -237,6 +244,7 @@ def plan_change(
 
     for new in change.add:
         if new.name in untyped_keys:
+            _check_key_codec(key, new.name, new.type, codec)
             untyped_keys.discard(new.name)
             fields[index(new.name, "add")] = new
             continue
@@ -271,6 +279,8 @@ def plan_change(
             )
         if name in key.fields:
             _check_key_widen(name, old.type, kind)
+            if pa.types.is_null(old.type):
+                _check_key_codec(key, name, kind, codec)
         fields[i] = old.with_type(kind)
         if name not in key.fields:
             retyped[name] = storage_type(kind)
@@ -325,6 +335,17 @@ def _check_key_widen(name: str, old: pa.DataType, new: pa.DataType) -> None:
         f"large_string, binary -> large_binary, float32 -> float64): copy the table into a "
         f"new one keyed by the new type instead"
     )
+
+
+def _check_key_codec(key: KeyLayout, name: str, kind: pa.DataType, codec: str | None) -> None:
+    """SchemaError unless key codec ``codec`` (None: not chosen yet) stores key field
+    ``name`` as type ``kind``: a key field typed before the first write must be of a type
+    of the codec ``create_table`` was given, as a declared schema must
+    (:func:`~merkle.tablets.keychecks.check_codec_fits`), else no write would fit both."""
+    if codec is None:
+        return
+    types = [kind if field == name else None for field in key.fields]
+    check_codec_fits(key.fields, types, codec, SchemaError)
 
 
 def rewrite_rows(rows: pa.Table, plan: Plan, key_column: str) -> pa.Table:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from merkle.errors import UsageError
@@ -44,9 +44,14 @@ def unreversed(codec: KeyCodec) -> KeyCodec:
 
 
 def check_families(
-    families: Mapping[str, Any] | None, key_field: str
+    families: Mapping[str, Any] | None, key_field: str, key_fields: Sequence[str] = ()
 ) -> dict[str, tuple[str, ...]]:
-    """Validate ``{family: fields}``; a field belongs to one family; never the key or ``base``."""
+    """Validate ``{family: fields}``; a field belongs to one family; never the key or ``base``.
+
+    ``key_field`` is the segment key column; ``key_fields`` the user's key fields (a
+    composite key's fields, each kept in the key column, so in no family either: both
+    ``create_table`` and ``alter_families`` refuse them).
+    """
     if families is None:
         return {}
     if not isinstance(families, Mapping):
@@ -64,8 +69,8 @@ def check_families(
         for field in members:
             if not isinstance(field, str) or not field:
                 raise UsageError(f"family {name!r} holds an invalid field name {field!r}")
-            if field == key_field:
-                raise UsageError(f"the key field {key_field!r} cannot belong to family {name!r}")
+            if field == key_field or field in key_fields:
+                raise UsageError(f"the key field {field!r} cannot belong to family {name!r}")
             if field in seen:
                 raise UsageError(
                     f"field {field!r} is in two families: {seen[field]!r} and {name!r}"

@@ -37,6 +37,7 @@ from merkle.tablets.conform import (
     schema_of_segments,
 )
 from merkle.tablets.fieldids import FieldId, carry_identities, with_identities
+from merkle.tablets.keychecks import check_codec_fits, check_tablet_keys
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
 from merkle.tablets.keys import key_codec as parse_key_codec
 from merkle.tablets.nodes import BASE, ChildRef, Limits, TableRoot
@@ -100,6 +101,7 @@ class Table(TableReads):
         if layout.composite and not typed:
             raise UsageError("a key of several fields needs a typed table")
         spec = parse_key_codec(key_codec).spec if key_codec is not None else None
+        key_types: list[pa.DataType] = []
         if schema is not None and set(layout.fields) <= set(schema.names):
             key_types = [field.type for field in key_schema_fields(schema, layout.fields)]
             declared = codec_for_types(key_types)
@@ -112,14 +114,12 @@ class Table(TableReads):
                     f"key codec {spec!r} does not fit the key {list(layout.fields)}: "
                     f"use tuple(...) with one codec per key field"
                 )
-        for name, members in (families or {}).items() if layout.composite else ():
-            clash = sorted(set(layout.fields) & set(members))
-            if not isinstance(members, str) and clash:
-                raise UsageError(f"the key field {clash[0]!r} cannot belong to family {name!r}")
+        if spec is not None and key_types:  # a given codec must store the declared key types
+            check_codec_fits(layout.fields, key_types, spec)
         root = TableRoot(
             key_field=layout.column,
             key_codec=spec,
-            families=check_families(families, layout.column),
+            families=check_families(families, layout.column, layout.fields),
             limits=limits or Limits(),
             data=None,
             pending=(),
@@ -482,7 +482,7 @@ class Table(TableReads):
 
     def with_families(self, families: Mapping[str, Any]) -> Table:
         """Rewrite every tablet with new field families."""
-        checked = check_families(families, self.root.key_field)
+        checked = check_families(families, self.root.key_field, self.root.key_fields)
         flushed = self.flush()
         retyped = flushed._with(families=checked)
         if flushed.root.data is None or not self.root.key_codec:
@@ -501,7 +501,9 @@ class Table(TableReads):
             )
         from merkle.tablets.evolve import plan_change, rewrite_rows  # when a schema changes
 
-        plan = plan_change(self.root.schema, self.key, self.root.families, change)
+        plan = plan_change(
+            self.root.schema, self.key, self.root.families, change, self.root.key_codec
+        )
         if not plan.rewrite:
             return self._with(schema=plan.schema, renamed=plan.renamed)
         flushed = self.flush()
@@ -535,6 +537,9 @@ class Table(TableReads):
                 )
         if not self.root.key_codec:
             raise UsageError("build_table needs a table whose key codec is known")
+        # No tablet node names its codec: a tablet of another key (field, type or order)
+        # would pass the checks above and leave keys out of order and lookups missing.
+        check_tablet_keys(self.ts, refs, self.key, self.root.key_codec)
         table = self
         if self.root.typed:
             cids = [cid for ref in refs for cid in self.ts.tablet(ref.cid).blocks()]
