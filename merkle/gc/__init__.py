@@ -69,8 +69,9 @@ __all__ = [
 ]
 
 
-#: How long set_retention may hold the GC lock (a read and a write of the policy).
-_POLICY_LOCK_TTL = 60.0
+#: How long set_retention may hold the GC lock: a read and a write of the policy. Short,
+#: because writers wait while the lock is held (a killed call holds them up this long).
+_POLICY_LOCK_TTL = 10.0
 
 
 def get_policy(conn: Connection) -> Policy:
@@ -112,7 +113,7 @@ def set_retention(
         raise UsageError(f"set_retention(wait=) must be a number of seconds >= 0, got {wait!r}")
     if db is not None:
         check_db_name(db)  # before the lock: bad arguments write nothing
-    with conn.leases.acquire_gc_lock(_POLICY_LOCK_TTL, wait_timeout=float(wait)):
+    with conn.leases.acquire_gc_lock(_POLICY_LOCK_TTL, wait_timeout=float(wait)) as lock:
         policy = load_policy(conn.store)
         if db is None:
             policy = policy.with_default(retention)
@@ -120,5 +121,6 @@ def set_retention(
             policy = policy.with_database(db, None if retention.keeps_everything else retention)
         if new_grace is not None:
             policy = Policy(policy.default, policy.databases, new_grace)
+        lock.ensure_held()  # still ours: no collection or other call came in between
         save_policy(conn.store, policy)
     return policy
