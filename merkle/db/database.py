@@ -203,6 +203,12 @@ class Database(RecordOps):
         except NotFoundError:
             return None
 
+    def _known(self, name: str, table: Table) -> Mapping[str, FieldId] | None:
+        """What an operation records of table ``name``'s fields for its replay (see
+        :func:`~merkle.db.tablestate.known_fields`): those the base version has."""
+        cid = self._base.tables.get(name)
+        return known_fields(table, self._ts.table(cid) if cid is not None else None)
+
     def _table_root(self, name: str) -> str | None:
         cid = self._base.tables.get(name)
         return str(cid) if cid is not None else None
@@ -337,7 +343,7 @@ class Database(RecordOps):
             altered = table.alter_schema(change)
         except UsageError as exc:
             raise type(exc)(f"table {name!r}: {exc}") from None
-        op = db_ops.AlterSchema(name, table.root.uid, change, known_fields(table))
+        op = db_ops.AlterSchema(name, table.root.uid, change, self._known(name, table))
         return self._with_table(name, _TableState(altered), op)
 
     # -- records -------------------------------------------------------------------
@@ -382,7 +388,7 @@ class Database(RecordOps):
             # No record, and the table's codec and schema are as they were.
             if not replayable:
                 return self
-            known = known_fields(state.table)
+            known = self._known(table, state.table)
             return self._with_table(table, state, op(state.table.root.uid, rows, known))
         # Zero rows that chose the codec or schema (an empty Arrow table written to a table
         # never written) are still a write: they set the schema, as declaring it would.
@@ -390,7 +396,7 @@ class Database(RecordOps):
         new_state = _TableState(current, (*state.changes, change))
         # The op keeps the rows as the user's table (a replay writes them again), and the
         # fields the table had, so a replay can tell a field dropped meanwhile from a new one.
-        known = known_fields(state.table)
+        known = self._known(table, state.table)
         return self._with_table(
             table, new_state, op(current.root.uid, current.present(rows), known)
         )

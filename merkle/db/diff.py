@@ -77,6 +77,8 @@ def schema_changed(old: Table, new: Table) -> bool:
     a, b = old.root, new.root
     if a.typed != b.typed or a.free_default != b.free_default:
         return True
+    if a.field_ids != b.field_ids or a.schema_epoch != b.schema_epoch:
+        return True  # a field dropped and added again, even one that held no value
     if a.schema is None or b.schema is None:
         return a.schema is not b.schema
     return not a.schema.equals(b.schema, check_metadata=True)

@@ -40,7 +40,7 @@ from merkle.db.ancestry import Lineage
 from merkle.db.diff import rekeyed, settings_changed
 from merkle.db.inputs import check_resolved
 from merkle.db.landing import land
-from merkle.db.mergeschema import fit_rows, merge_schemas
+from merkle.db.mergeschema import epoch_kept, fit_rows, merge_schemas
 from merkle.db.ops import Op
 from merkle.errors import ConflictError, MergeConflictError, NotFoundError, UsageError
 from merkle.lazy import compute as pc
@@ -275,6 +275,7 @@ class _Merge:
         names = set(self.base.list_tables()) | set(self.ours.list_tables())
         for name in sorted(names | set(self.theirs.list_tables())):
             self._merge_table(name)
+            self._keep_epoch(name)
         if self.conflicts or self.table_conflicts:
             raise self._error()
         return self.result
@@ -310,6 +311,14 @@ class _Merge:
         if o != b and self._side_wins("", "the metadata was changed on both sides") != "theirs":
             return
         self.result = self.result.alter_db_meta(lambda _old, new: new, t)
+
+    def _keep_epoch(self, name: str) -> None:
+        """The merged table's schema epoch at least both sides' (see :func:`epoch_kept`)."""
+        if self.result.has_table(name):
+            sides = (self._table(self.ours, name), self._table(self.theirs, name))
+            kept = epoch_kept(self.result._table(name), *sides)
+            if kept is not None:
+                self._use_theirs(name, kept)
 
     def _use_theirs(self, name: str, theirs: Table | None) -> None:
         if theirs is None:
@@ -376,7 +385,8 @@ class _Merge:
             return
         table = self._settings(name, b, o, t)
         if schemas.ours is not None:
-            table = table.alter_schema(schemas.ours).with_identities(schemas.ids, schemas.epoch)
+            table = table.alter_schema(schemas.ours)
+        table = table.with_identities(schemas.ids, schemas.epoch)
         if not t.root.key_codec:  # theirs never held a record: no row to bring over
             if table is not self.result._table(name):
                 self.result = self.result._with_table(name, _TableState(table), _MergedTable(name))

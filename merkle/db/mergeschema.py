@@ -33,7 +33,7 @@ from merkle.tablets.rows import SortedRows
 from merkle.tablets.schema import is_free
 from merkle.tablets.table import Table
 
-__all__ = ["SchemaMerge", "fit_rows", "merge_schemas"]
+__all__ = ["SchemaMerge", "epoch_kept", "fit_rows", "merge_schemas"]
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,10 @@ def merge_schemas(base: Table | None, ours: Table, theirs: Table) -> SchemaMerge
     if o == t and ids_o == ids_t:
         return SchemaMerge(None, None)
     for side, ids in (("our", ids_o), ("their", ids_t)):
-        again = [n for n in b if n in ids and n in ids_b and ids[n] != ids_b[n]]
+        # Added again after the base: born in a later epoch than the base's field (a
+        # field that only differs, e.g. one both sides added and a merge kept one
+        # identity of, is no re-add).
+        again = [n for n in b if n in ids and n in ids_b and ids[n][1] > ids_b[n][1]]
         if again:
             return SchemaMerge(
                 None,
@@ -141,6 +144,11 @@ def merge_schemas(base: Table | None, ours: Table, theirs: Table) -> SchemaMerge
             return SchemaMerge(
                 None, None, f"field {name!r} changed on both sides ({of.type} and {tf.type})"
             )
+    for name in result:
+        if name in ids_o and name in ids_t and ids_o[name] != ids_t[name]:
+            # One field with two identities (added on both sides, or so merged before):
+            # the merge keeps the earlier, so neither side's later merges see a re-add.
+            taken[name] = min(ids_o[name], ids_t[name], key=lambda i: (i[1], i[0]))
     to_ours, to_theirs = _change_to(o, result), _change_to(t, result)
     for change in (to_ours, to_theirs):
         if isinstance(change, str):
@@ -163,3 +171,19 @@ def fit_rows(rows: SortedRows, theirs: Table, change: SchemaChange | None) -> So
         return rows
     plan = plan_change(theirs.root.schema, theirs.key, theirs.root.families, change)
     return SortedRows(rewrite_rows(rows.table, plan, theirs.root.key_field), rows.keys)
+
+
+def epoch_kept(merged: Table, *sides: Table | None) -> Table | None:
+    """``merged`` with its schema epoch raised to the largest of the sides', or None when
+    it is that already.
+
+    Whichever side a merge takes a table from (its rows merged, or one side's
+    table whole by ``resolve``), the result must not count fewer freed names
+    than either side: a later drop and add would then be born in an epoch the
+    other side already used for the same name, and the two fields would look
+    like one (merkle/tablets/fieldids.py).
+    """
+    epoch = max((side.root.schema_epoch for side in sides if side is not None), default=0)
+    if merged.root.schema_epoch >= epoch or not merged.root.typed:
+        return None
+    return merged.with_identities({}, epoch)

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from merkle.db.commit import continues_committed
 from merkle.db.inputs import check_keys, check_known_fields
-from merkle.db.tablestate import TableChange, TableState, known_fields
+from merkle.db.tablestate import TableChange, TableState
 from merkle.lazy import LazyModule
 from merkle.tablets.fieldids import FieldId
 from merkle.tablets.table import Table
@@ -39,6 +39,7 @@ class RecordOps:
 
         def _state(self, name: str) -> TableState: ...
         def _table(self, name: str) -> Table: ...
+        def _known(self, name: str, table: Table) -> Mapping[str, FieldId] | None: ...
         def _records(
             self, table: Table, rows: pa.Table, fields: Sequence[str] | None
         ) -> list[dict[str, Any]]: ...
@@ -72,7 +73,7 @@ class RecordOps:
 
         # Copied now: a caller reusing its dicts must not change what a replay writes.
         changes = db_ops.snapshot(changes) if isinstance(changes, Mapping) else changes
-        known = known_fields(state.table)
+        known = self._known(table, state.table)
         if state.table.root.typed:
             # Field-level patches: no record is read now (see merkle.tablets.patches).
             patched = update_patches(state.table, changes)
@@ -100,7 +101,7 @@ class RecordOps:
         concurrent head its keys may have records."""
         if not changes:
             return self  # type: ignore[return-value]
-        op = db_ops.Update(table, state.table.root.uid, changes, known_fields(state.table))
+        op = db_ops.Update(table, state.table.root.uid, changes, self._known(table, state.table))
         return self._with_table(table, state, op)
 
     @continues_committed
@@ -130,7 +131,7 @@ class RecordOps:
         # records: the op keeps them for a replay, which must see the same rows.
         rows = db_ops.snapshot(once_readable(rows))
         records = upserted_records(current, rows, when_matched, when_not_matched, condition, table)
-        known = known_fields(state.table)
+        known = self._known(table, state.table)
         return self._upsert(
             table,
             records,

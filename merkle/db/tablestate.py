@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from merkle.tablets.batch import BatchContent, fold
 from merkle.tablets.fieldids import FieldId, identities
+from merkle.tablets.nodes import TableRoot
 from merkle.tablets.patches import Patches
 from merkle.tablets.rows import SortedRows, empty_keys
 from merkle.tablets.table import Table
@@ -84,11 +85,14 @@ class TableState:
         return fold(contents, spec.key_field, codec)
 
 
-def known_fields(table: Table) -> Mapping[str, FieldId] | None:
-    """The fields of a typed table's schema and their identities (None for a table
-    without one): recorded with a write so that its replay can tell a field a concurrent
+def known_fields(table: Table, base: TableRoot | None) -> Mapping[str, FieldId] | None:
+    """The fields of a typed table's schema that its transaction's base version (``base``,
+    the table's root there) has, with their identities (None for a table without a
+    schema): recorded with a write so that its replay can tell a field a concurrent
     commit dropped, renamed, or dropped and added again from the field the write set
-    (see :mod:`merkle.db.ops`)."""
+    (see :mod:`merkle.db.ops`). A field the transaction added itself is left out: its
+    replay adds it again, born in the new head's epoch, which is no concurrent change."""
     if not table.root.typed or table.root.schema is None:
         return None
-    return MappingProxyType(identities(table.root))
+    born = set(identities(base).values()) if base is not None and base.typed else set()
+    return MappingProxyType({n: i for n, i in identities(table.root).items() if i in born})

@@ -265,7 +265,10 @@ def plan_change(
             raise SchemaError(f"cannot rename {old!r} to {new!r}: that name is taken")
         i = index(old, "rename")
         fields[i] = fields[i].with_name(new)
-        renamed[old] = new
+        # Keyed by the stored (original) name: a chain in one call, {"a": "x", "b": "a"}
+        # or a swap through a spare name, renames the field that now has the name.
+        origin = next((was for was, now in renamed.items() if now == old), old)
+        renamed[origin] = new
     retyped: dict[str, pa.DataType] = {}
     for name, kind in change.widen.items():
         i = index(name, "widen")

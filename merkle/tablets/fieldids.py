@@ -69,19 +69,20 @@ def carry_identities(
     """
     if not after.typed or after.schema is None:
         return after
-    renamed = dict(renamed or {})
+    renamed = {was: now for was, now in (renamed or {}).items() if was != now}
     old = identities(before) if before.typed else {}
     new_names = set(after.schema.names)
-    freed = any(name not in new_names for name in old)
+    freed = any(name not in new_names or name in renamed for name in old)
     epoch = before.schema_epoch + (1 if freed else 0)
-    came_from = {new: old_name for old_name, new in renamed.items()}
+    came_from = {now: was for was, now in renamed.items()}
     ids: dict[str, FieldId] = {}
     for name in after.schema.names:
-        source = came_from.get(name, name)
-        if source in old and (source == name or source not in new_names):
-            ids[name] = old[source]
+        if name in came_from and came_from[name] in old:
+            ids[name] = old[came_from[name]]  # renamed: the same field
+        elif name in old and name not in renamed:
+            ids[name] = old[name]  # kept its name
         else:
-            ids[name] = (name, epoch)
+            ids[name] = (name, epoch)  # new, or a name another field left this change
     return replace(after, field_ids=_sparse(ids), schema_epoch=max(epoch, after.schema_epoch))
 
 

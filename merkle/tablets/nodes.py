@@ -373,6 +373,22 @@ def _field_ids(node: Any) -> dict[str, tuple[str, int]]:
     return out
 
 
+def _check_identities(root: TableRoot, node: Mapping[str, Any]) -> None:
+    """ValueError unless the stored field identities are canonical and consistent: only
+    non-default entries, each naming a field of the schema, born no later than the
+    table's epoch, and no identity shared by two fields."""
+    if ("field_ids" in node and not root.field_ids) or node.get("schema_epoch", 1) == 0:
+        raise ValueError("field_ids or schema_epoch is stored empty (they are left out)")
+    names = root.schema.names if root.schema is not None else []
+    for name, (birth, epoch) in root.field_ids.items():
+        bad = not birth or epoch > root.schema_epoch or (birth, epoch) == (name, 0)
+        if name not in names or name in root.key_fields or bad:
+            raise ValueError(f"field_ids holds a bad identity {[birth, epoch]!r} for {name!r}")
+    ids = [root.field_ids.get(name, (name, 0)) for name in names]
+    if len(set(ids)) != len(ids):
+        raise ValueError("two fields share one identity in field_ids")
+
+
 @dataclass(frozen=True, slots=True)
 class TableRoot:
     """The root of one table version: settings, the merged area and the pending batches.
@@ -472,7 +488,7 @@ class TableRoot:
                 for name, fields in families.items()
             ):
                 raise TypeError("families must map names to lists of field names")
-            return cls(
+            root = cls(
                 key_field,
                 None if codec is None else _text(codec),
                 {name: tuple(fields) for name, fields in families.items()},
@@ -490,5 +506,8 @@ class TableRoot:
                 _field_ids(node.get("field_ids", {})) if typed else {},
                 _count(node.get("schema_epoch", 0)) if typed else 0,
             )
+            if typed:
+                _check_identities(root, node)
+            return root
         except (KeyError, TypeError, ValueError, IntegrityError) as exc:
             raise IntegrityError(f"table root {where} is malformed: {exc}") from exc
