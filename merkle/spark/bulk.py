@@ -60,12 +60,14 @@ from merkle.spark.jobs import (
     GroupResult,
     WriteJob,
     commit_job,
+    prepared,
     run_groups,
     start_job,
 )
 from merkle.spark.lake import hold_lease, open_lake
 from merkle.spark.options import DEFAULT_LEASE_TTL, WriteOptions, lake_ref
 from merkle.spark.shuffle import pack_groups, partition_tags
+from merkle.spark.zones import session_zone
 from merkle.tablets.bulk import TabletInfo, WriteGroup, encode_keys, merge_leaves, route
 from merkle.tablets.keys import infer_key_codec_arrow
 from merkle.tablets.table import Table
@@ -105,13 +107,13 @@ def write(
     created); ``options`` are store options (``endpoint_url=...``). Returns
     the committed database. See the module doc for how it runs.
     """
-    if mode not in ("append", "overwrite"):
+    if mode.lower() not in ("append", "overwrite"):  # any case, as Spark's own modes
         raise UsageError(f"mode must be 'append' or 'overwrite', got {mode!r}")
     opts = WriteOptions(
         lake_ref(lake, options), db, table, key, key_codec, message, author, lease_ttl
     )
     with raised_as_merkle_errors():
-        return _run(df, opts, "replace" if mode == "overwrite" else "upsert", rows_per_task)
+        return _run(df, opts, "replace" if mode.lower() == "overwrite" else "upsert", rows_per_task)
 
 
 def delete(
@@ -151,7 +153,13 @@ def delete(
 
 def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None) -> Database:
     spark = df.sparkSession
-    job, base = start_job(opts, df.schema, mode, case_sensitive=case_sensitive(spark))
+    job, base = start_job(
+        opts,
+        df.schema,
+        mode,
+        case_sensitive=case_sensitive(spark),
+        time_zone=session_zone(spark),
+    )
     names = job.columns  # the DataFrame's columns, spelled as the table's fields
     try:
         plain = _plain(df)
@@ -227,6 +235,13 @@ def _plain(df: DataFrame) -> DataFrame:
     back with :func:`_named` before merkle-db sees them.
     """
     return df.toDF(*[_plain_name(i) for i in range(len(df.columns))])
+
+
+def _keys(job: WriteJob, table: Table, batch: pa.RecordBatch, names: tuple[str, ...]) -> Any:
+    """The encoded keys of ``batch``, prepared as the task that writes them prepares its
+    rows (:func:`merkle.spark.jobs.prepared`: a TIMESTAMP key into a TIMESTAMP_NTZ key
+    field by the session zone), so that rows are routed by the keys they are stored under."""
+    return encode_keys(table, prepared(job, table, pa.Table.from_batches([_named(batch, names)])))
 
 
 def _named(batch: pa.RecordBatch, names: tuple[str, ...]) -> pa.RecordBatch:
@@ -311,7 +326,7 @@ def _sample_task(
     for batch in batches:
         if not batch.num_rows:
             continue
-        keys = encode_keys(table, pa.Table.from_batches([_named(batch, names)]))
+        keys = _keys(job, table, batch, names)
         ids = route(keys, starts)
         counts += np.bincount(ids, minlength=len(counts))
         priority = rng.random(len(ids))
@@ -423,7 +438,7 @@ def _route_task(
         if not batch.num_rows:
             continue
         seen = _nullable(batch.schema)
-        ids = route(encode_keys(table, pa.Table.from_batches([_named(batch, names)])), starts)
+        ids = route(_keys(job, table, batch, names), starts)
         yield _with_columns(batch, ids, np.zeros(len(ids), bool), tag_of[ids])
     context = TaskContext.get()
     if markers is not None and context is not None and context.partitionId() == 0:

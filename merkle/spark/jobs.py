@@ -32,6 +32,7 @@ from merkle.spark.casing import match_case
 from merkle.spark.lake import hold_lease, open_lake, renewed_lease
 from merkle.spark.options import LakeRef, WriteOptions
 from merkle.spark.types import ENCODING, cbor_fields_of, from_spark
+from merkle.spark.zones import task_zone, zoned_like
 from merkle.tablets.bulk import (
     TabletInfo,
     WriteGroup,
@@ -45,6 +46,7 @@ from merkle.tablets.bulk import (
     splice,
 )
 from merkle.tablets.conform import codec_for_types
+from merkle.tablets.fitcolumn import fit_column
 from merkle.tablets.keys import key_codec
 from merkle.tablets.segment import cbor_field, concat_segments
 from merkle.tablets.table import Table
@@ -59,10 +61,12 @@ __all__ = [
     "collect_leaves",
     "commit_job",
     "empty_rows",
+    "fitted_keys",
     "has_table",
     "key_fields",
     "local_merges",
     "plan_base",
+    "prepared",
     "run_groups",
     "start_job",
     "table_settings",
@@ -99,6 +103,8 @@ class WriteJob:
     create: TableSettings | None = None
     cbor_fields: tuple[str, ...] = ()
     columns: tuple[str, ...] = ()  # the rows' columns by position, named as written
+    #: Spark's session time zone (None: as the tasks see it), for TIMESTAMP <-> TIMESTAMP_NTZ.
+    time_zone: str | None = None
 
     def named(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         """``batch`` (a DataFrame's rows) with its first columns named :attr:`columns`."""
@@ -107,6 +113,10 @@ class WriteJob:
             return batch
         names = [*self.columns, *given[len(self.columns) :]]
         return batch.rename_columns(names)
+
+    def zone(self) -> str:
+        """The session time zone rows are converted in (:mod:`merkle.spark.zones`)."""
+        return self.time_zone or task_zone() or "UTC"
 
     def open_table(self) -> Table:
         conn = open_lake(self.lake)
@@ -132,6 +142,30 @@ def _pending_groups(job: WriteJob, table: Table) -> tuple[int, ...]:
 
 def _column(batch: pa.RecordBatch, name: str) -> np.ndarray:
     return np.asarray(batch.column(name).to_numpy(zero_copy_only=False))
+
+
+def prepared(job: WriteJob, table: Table, rows: pa.Table) -> pa.Table:
+    """Spark's rows as the table stores them, where Spark's conversion differs from the
+    Python API's: TIMESTAMP <-> TIMESTAMP_NTZ by the session zone (:mod:`merkle.spark.zones`);
+    the key columns fitted to the key fields' types (:func:`fitted_keys`)."""
+    return fitted_keys(table, zoned_like(rows, table.schema, job.zone()))
+
+
+def fitted_keys(table: Table, rows: pa.Table) -> pa.Table:
+    """``rows`` with their key columns fitted to the key fields' types: a key value (or a
+    key column's type) that does not fit is a SchemaError that names the row and the ways
+    out a key field has (it cannot be declared schema-free), before the rows go further."""
+    stored = table.schema
+    for name in table.key.fields:
+        if stored is None or name not in stored.names or name not in rows.column_names:
+            continue
+        kind = stored.field(name).type
+        if pa.types.is_null(kind):
+            continue
+        index = rows.column_names.index(name)
+        column = fit_column(name, rows.column(index), kind, lambda i: i, key_field=True)
+        rows = rows.set_column(index, rows.schema.field(name).with_type(column.type), column)
+    return rows
 
 
 def run_groups(
@@ -164,9 +198,9 @@ def run_groups(
                 data = data.select([n for n in data.schema.names if n not in (GROUP, MARKER, TAG)])
                 if not data.num_rows:
                     continue
-                rows = from_spark(data, job.cbor_fields)
+                rows = prepared(job, table, from_spark(data, job.cbor_fields))
             else:
-                rows = from_spark(job.named(batch), job.cbor_fields)
+                rows = prepared(job, table, from_spark(job.named(batch), job.cbor_fields))
                 ids = route(encode_keys(table, rows), starts)
             parts.append(rows)
             id_parts.append(ids)
@@ -360,7 +394,7 @@ def plan_base(
         committed = None
         key = create.key[0] if len(create.key) == 1 else create.key
         current = Table.new(tables, key_field=key, key_codec=create.key_codec, typed=True)
-    ready, _ = current.prepare_rows(empty_rows(schema))
+    ready, _ = current.prepare_rows(fitted_keys(current, empty_rows(schema)))
     if committed is not None and ready.root == current.root:
         return Base(current, committed, committed)
     return Base(ready, str(ready.save()), committed)
@@ -429,7 +463,12 @@ def table_settings(
 
 
 def start_job(
-    opts: WriteOptions, schema: StructType, mode: str, *, case_sensitive: bool
+    opts: WriteOptions,
+    schema: StructType,
+    mode: str,
+    *,
+    case_sensitive: bool,
+    time_zone: str | None = None,
 ) -> tuple[WriteJob, Base]:
     """Plan a write of rows of ``schema`` on the head of ``opts.db``.
 
@@ -439,6 +478,7 @@ def start_job(
     ``case_sensitive``: Spark's ``spark.sql.caseSensitive``; when off, the
     columns take the spelling of the fields they match (:mod:`merkle.spark.casing`),
     and :attr:`WriteJob.columns` holds the names the rows are written under.
+    ``time_zone``: Spark's session time zone (None: tasks read it from their context).
     """
     conn = open_lake(opts.lake)
     db = conn.open_db(opts.db)
@@ -469,6 +509,7 @@ def start_job(
             create=create,
             cbor_fields=cbor_fields_of(schema),
             columns=tuple(schema.fieldNames()),
+            time_zone=time_zone,
         )
     except BaseException:
         conn.leases.release(lease)

@@ -183,8 +183,10 @@ class MerkleReader(DataSourceReader):
         self.fields: tuple[str, ...] | None = None if set(stored) <= set(wanted) else tuple(wanted)
         self.convert = RowConverter.of(schema, resolved.arrow)
         stored_types = StructType.fromJson(_loads(resolved.schema_json))
-        self.key_as_stored = all(
-            schema[key].dataType == stored_types[key].dataType for key in resolved.key_fields
+        asked = schema.fieldNames()
+        self.key_as_stored = all(  # a schema may leave the key out (a projection)
+            key in asked and schema[key].dataType == stored_types[key].dataType
+            for key in resolved.key_fields
         )
         from_pk = None if read.from_pk is None else parse_key(codec, read.from_pk, "from_pk")
         to_pk = None if read.to_pk is None else parse_key(codec, read.to_pk, "to_pk")

@@ -26,6 +26,7 @@ from pyspark.sql.types import (
     DecimalType,
     IntegerType,
     LongType,
+    MapType,
     ShortType,
     StringType,
     StructField,
@@ -106,10 +107,21 @@ def spark_schema(
     return StructType(fields), unreadable
 
 
+def _nullable(kind: DataType) -> DataType:
+    """``kind`` with every nested field, array element and map value nullable."""
+    if isinstance(kind, StructType):
+        return StructType([StructField(f.name, _nullable(f.dataType), True) for f in kind])
+    if isinstance(kind, ArrayType):
+        return ArrayType(_nullable(kind.elementType), True)
+    if isinstance(kind, MapType):
+        return MapType(kind.keyType, _nullable(kind.valueType), True)
+    return kind
+
+
 def _compatible(stored: StructField, asked: StructField) -> bool:
     have, want = stored.dataType, asked.dataType
-    if have == want:
-        return True
+    if have == want or _nullable(have) == _nullable(want):
+        return True  # NOT NULL marks inside may differ: the values are the same
     if isinstance(want, VariantType):
         return True  # any value has a VARIANT form (or a clear error when read)
     if isinstance(have, VariantType) and isinstance(want, BinaryType):
@@ -236,10 +248,61 @@ def _cast_values(column: pa.ChunkedArray | pa.Array, target: pa.DataType) -> Any
     """``column`` cast to ``target``, refused only for a value that does not fit (as Spark
     casts): Arrow refuses an integer to a decimal whose precision is below the integer
     type's whole range (int32 to decimal(5, 1)) even when every value fits, so such a
-    cast goes through the widest decimal of the target's scale, which checks values."""
+    cast goes through the widest decimal of the target's scale, which checks values.
+
+    A struct child Spark marks NOT NULL holds nulls under a null struct (or a null
+    array element): Spark writes it so, and reads it so. Arrow's cast (even to the
+    same type) refuses such nulls, so the column is cast with every nested field
+    nullable and then given ``target`` as it is (no values change)."""
+    if column.type == target:
+        return column
+    relaxed = _relaxed(target)
     if pa.types.is_decimal(target) and pa.types.is_integer(column.type):
         column = column.cast(pa.decimal128(38, target.scale))
-    return column.cast(target)
+    cast = column.cast(relaxed)
+    if relaxed == target:
+        return cast
+    if isinstance(cast, pa.ChunkedArray):
+        return pa.chunked_array([_relabel(chunk, target) for chunk in cast.chunks], target)
+    return _relabel(cast, target)
+
+
+def _relaxed(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with every nested field nullable (map keys stay as they are)."""
+    if pa.types.is_struct(kind):
+        return pa.struct(
+            [
+                kind.field(i).with_type(_relaxed(kind.field(i).type)).with_nullable(True)
+                for i in range(kind.num_fields)
+            ]
+        )
+    if pa.types.is_map(kind):
+        item = kind.item_field
+        return pa.map_(kind.key_field, item.with_type(_relaxed(item.type)).with_nullable(True))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        value = kind.value_field
+        relaxed = value.with_type(_relaxed(value.type)).with_nullable(True)
+        return pa.list_(relaxed) if pa.types.is_list(kind) else pa.large_list(relaxed)
+    return kind
+
+
+class _Relabeled:
+    """An array's data under another type of its layout, exported through the Arrow
+    PyCapsule interface (``pa.array`` imports it with the type as given)."""
+
+    def __init__(self, array: pa.Array, target: pa.DataType) -> None:
+        self.array, self.target = array, target
+
+    def __arrow_c_array__(self, requested_schema: object = None) -> tuple[object, object]:
+        _, data = self.array.__arrow_c_array__()
+        return self.target.__arrow_c_schema__(), data
+
+
+def _relabel(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """``array`` (of ``target``'s layout, nullability aside) as an array of ``target``,
+    no values copied: ``Array.view`` refuses nulls under a NOT NULL child even where
+    the parent is null, so the type is given through the Arrow C data interface."""
+    return pa.array(_Relabeled(array, target))
 
 
 def from_spark(batch: pa.RecordBatch | pa.Table, cbor_fields: Sequence[str] = ()) -> pa.Table:

@@ -213,7 +213,7 @@ def conform_arrow(
             raise UsageError(f"key field {name!r} holds nulls: every row needs its key")
         if name in known:
             kind = schema.field(name).type
-            column = fit_column(name, column, kind, lambda i: f"row {i}")
+            column = fit_column(name, column, kind, lambda i: f"row {i}", key_field=True)
         key_types.append(column.type)
         key_columns.append(column)
     if codec is None:

@@ -2,7 +2,9 @@
 
 :func:`fit_column` takes an Arrow column: a cast to the field's type is
 accepted only when casting back gives the same values (an int64 column fits
-an int32 field when every value is in range; 1.5 never fits an int field).
+an int32 field when every value is in range; 1.5 never fits an int field)
+and Arrow's checked cast agrees (a decimal beyond the field's precision, or
+-1 into uint64, survives the unchecked round trip but is no fit).
 :func:`typed_array` takes Python values (records, or a column no cast kernel
 converts exactly) and checks each with :func:`~merkle.tablets.fits.loss_check`,
 since pyarrow would cut or round some without a word. Both are what
@@ -13,6 +15,7 @@ that module to its rows-in, rows-out logic.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -27,9 +30,19 @@ __all__ = ["fit_column", "typed_array"]
 
 
 def fit_column(
-    name: str, column: pa.Array | pa.ChunkedArray, target: pa.DataType, key_of: Callable[[int], Any]
+    name: str,
+    column: pa.Array | pa.ChunkedArray,
+    target: pa.DataType,
+    key_of: Callable[[int], Any],
+    *,
+    key_field: bool = False,
 ) -> pa.Array | pa.ChunkedArray:
-    """``column`` as ``target`` when every value converts exactly; SchemaError otherwise."""
+    """``column`` as ``target`` when every value converts exactly; SchemaError otherwise.
+
+    ``key_field``: ``column`` holds the keys themselves, so an error names the row
+    (``key_of`` is not asked) and gives the ways out a key field has: it cannot be
+    declared schema-free, and widens only within its key codec.
+    """
     source = column.type
     if source == target:
         return column
@@ -40,13 +53,13 @@ def fit_column(
             return column
     if pa.types.is_null(source):
         return pa.nulls(len(column), target)
+    place = _Place(name, target, key_of, key_field)
     if type_family(source) != type_family(target):
         position = _first_valid(column)
         raise SchemaError(
-            f"field {name!r} is {target}, but the data holds {source}"
-            + _where(column, position, key_of)
-            + f": convert the data, or change the field (alter_schema) or declare it "
-            f"schema-free (alter_schema(table, free=[{name!r}]))"
+            f"{place.what} {name!r} is {target}, but the data holds {source}"
+            + _where(column, position, place)
+            + f": {place.other_kind()}"
         )
     try:
         candidate = column.cast(target, safe=False)
@@ -54,18 +67,111 @@ def fit_column(
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
         # No exact cast kernel (int64 -> decimal128(10, 2), ...): convert value by value.
         return typed_array(name, column.to_pylist(), target, key_of)
+    try:
+        _checked_cast(column, target)
+        checked = True
+    except pa.ArrowNotImplementedError:
+        checked = True  # no checked kernel: the round trip below is the check
+    except pa.ArrowInvalid:
+        checked = False  # refused below, by the round trip or else by Arrow's reason
     if back.equals(column):
+        if not checked:
+            _refuse_unchecked(column, target, place)
         return candidate
     before, after = column.to_pylist(), back.to_pylist()
     for position, (a, b) in enumerate(zip(before, after, strict=True)):
         if a != b and not (a != a and b != b):  # NaN equals NaN here
             raise SchemaError(
-                f"field {name!r} is {target}: the value {show_value(a)} of the record with key "
-                f"{show_value(key_of(position))} does not fit it exactly (it would become "
+                f"{place.what} {name!r} is {target}: the value {show_value(a)} of "
+                f"{place.record(position)} does not fit it exactly (it would become "
                 f"{show_value(candidate.slice(position, 1).to_pylist()[0])}): "
-                f"{_way_out(name, target)}"
+                f"{place.way_out()}"
             )
+    if not checked:
+        _refuse_unchecked(column, target, place)
     return candidate
+
+
+@dataclass(frozen=True)
+class _Place:
+    """How :func:`fit_column`'s errors name the field, a value's place, and the way out."""
+
+    name: str
+    target: pa.DataType
+    key_of: Callable[[int], Any]
+    key_field: bool
+
+    @property
+    def what(self) -> str:
+        return "key field" if self.key_field else "field"
+
+    def record(self, position: int) -> str:
+        if self.key_field:
+            return f"row {position}"
+        return f"the record with key {show_value(self.key_of(position))}"
+
+    def short(self, position: int) -> str:
+        if self.key_field:
+            return f"row {position}"
+        return f"key {show_value(self.key_of(position))}"
+
+    def other_kind(self) -> str:
+        if self.key_field:
+            return (
+                f"convert the key values to {self.target} (a key field's type cannot change "
+                "kind, and it cannot be declared schema-free)"
+            )
+        return (
+            "convert the data, or change the field (alter_schema) or declare it "
+            f"schema-free (alter_schema(table, free=[{self.name!r}]))"
+        )
+
+    def way_out(self) -> str:
+        if self.key_field:
+            return (
+                "fix the value, or widen the key field within its key codec "
+                f"(alter_schema(table, widen={{{self.name!r}: ...}})); a key field cannot "
+                "be declared schema-free"
+            )
+        return _way_out(self.name, self.target)
+
+
+def _checked_cast(column: pa.Array | pa.ChunkedArray, target: pa.DataType) -> None:
+    """Cast ``column`` to ``target`` with Arrow's checks: ArrowInvalid naming a loss.
+
+    An unsafe cast and back is not proof enough: it can wrap a value and unwrap it
+    again (-1 into uint64 and back; a decimal beyond the field's precision keeps its
+    digits, 123456789012.5 into decimal(10, 2)), so a value the field cannot hold
+    would be stored and make the table unreadable. Arrow's checks catch those. Its
+    float check alone is left out: it refuses an integer beyond 2**53 that a double
+    holds exactly, and the round trip already catches a float that loses.
+    """
+    pc.cast(column, options=pc.CastOptions(target, allow_float_truncate=True))
+
+
+def _refuse_unchecked(
+    column: pa.Array | pa.ChunkedArray, target: pa.DataType, place: _Place
+) -> None:
+    """SchemaError naming the first value of ``column`` Arrow's checked cast refuses."""
+    low, high = 0, len(column)
+    reason = ""
+    while high - low > 1:  # halve the rows holding the first refused value
+        middle = (low + high) // 2
+        try:
+            _checked_cast(column.slice(low, middle - low), target)
+        except pa.ArrowInvalid as exc:
+            high, reason = middle, str(exc)
+        else:
+            low = middle
+    try:
+        _checked_cast(column.slice(low, 1), target)
+    except pa.ArrowInvalid as exc:
+        reason = str(exc)
+    value = column.slice(low, 1).to_pylist()[0]
+    raise SchemaError(
+        f"{place.what} {place.name!r} is {target}: the value {show_value(value)} of "
+        f"{place.record(low)} does not fit it ({reason}): {place.way_out()}"
+    )
 
 
 def _way_out(name: str, target: pa.DataType) -> str:
@@ -85,11 +191,11 @@ def _first_valid(column: pa.Array | pa.ChunkedArray) -> int | None:
     return None if index is None or index < 0 else int(index)
 
 
-def _where(column: Any, position: int | None, key_of: Callable[[int], Any]) -> str:
+def _where(column: Any, position: int | None, place: _Place) -> str:
     if position is None:
         return ""
     value = column.slice(position, 1).to_pylist()[0]
-    return f" (first: {show_value(value)}, key {show_value(key_of(position))})"
+    return f" (first: {show_value(value)}, {place.short(position)})"
 
 
 def typed_array(
