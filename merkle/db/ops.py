@@ -178,6 +178,9 @@ def _check_fields_kept(
         root = db._table(table).root
         again = root.schema is not None and gone[0] in root.schema.names
         what = "dropped and added again" if again else "dropped or renamed"
+        birth = identities(root)[gone[0]][0] if again else gone[0]
+        if birth != gone[0]:  # another field was renamed onto the name
+            what = f"renamed away, and field {birth!r} renamed to its name,"
         harm = (
             "put the old field's values into the new one" if again else "bring the old field back"
         )

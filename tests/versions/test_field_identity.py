@@ -358,3 +358,11 @@ def test_renames_in_one_call_keep_identities_and_values(conn: merkle.Connection)
     # Before: the chain was keyed by the names in between, and one column was lost.
     assert _rows(db)[1] == {"k": 1, "f": 1, "g": "old-1"}
     assert dict(db._table("t").root.field_ids) == {"f": ("g", 0), "g": ("f", 0)}
+
+
+def test_a_replay_over_a_field_renamed_onto_the_name_says_so(conn: merkle.Connection) -> None:
+    _main(conn)
+    stale = conn.open_db("main").update("t", {1: {"f": "stale"}})
+    conn.open_db("main").alter_schema("t", rename={"f": "old_f", "g": "f"}).commit()
+    with pytest.raises(ConflictError, match="field 'g' renamed to its name"):
+        stale.commit()
