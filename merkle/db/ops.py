@@ -192,6 +192,27 @@ def _check_fields_kept(
         )
 
 
+def _check_none_replaced(
+    db: Database, table: str, known: Mapping[str, FieldId] | None, reader: str
+) -> None:
+    """ConflictError when a field the operation's transaction knew now names another
+    field (dropped and added again, or another field renamed to its name): which fields
+    a predicate or condition reads is not known, and on the new field it would decide
+    by values it was not written for."""
+    root = db._table(table).root
+    if known is None or not root.typed or root.schema is None:
+        return
+    have = identities(root)
+    replaced = [name for name, ident in known.items() if name in have and have[name] != ident]
+    if replaced:
+        raise ConflictError(
+            f"field {replaced[0]!r} of table {table!r} now names another field (dropped and "
+            f"added again, or renamed to) after a concurrent commit (database {db.name!r}, "
+            f"now at version {db.version}), and this transaction's operation may read it in "
+            f"{reader}; {_REDO}"
+        )
+
+
 def _names_in_rows(rows: Any, non_null: bool) -> list[str]:
     """The field names rows (Arrow, a list of dicts, or a mapping key -> dict) set;
     with ``non_null`` only Arrow columns holding a value."""
@@ -363,6 +384,8 @@ class Upsert(Op):
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
         _check_fields_kept(db, self.table, _names_in_rows(self.rows, False), self.known)
+        if self.condition is not None:
+            _check_none_replaced(db, self.table, self.known, "its condition")
         condition = _guarded(self.condition) if self.condition is not None else None
         return _replayed(
             self.table,
@@ -385,9 +408,11 @@ class DeleteWhere(Op):
     table: str
     uid: str
     predicate: Any
+    known: Mapping[str, FieldId] | None = None  # the table's fields when made (see Write)
 
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
+        _check_none_replaced(db, self.table, self.known, "its predicate")
         predicate = self.predicate
         if callable(predicate) and not isinstance(predicate, pc.Expression):
             predicate = _guarded(predicate)

@@ -150,8 +150,12 @@ class RecordOps:
         from merkle.db.changes import deleted_keys
 
         keys = deleted_keys(self._table(table), predicate)
+        known = self._known(table, self._state(table).table)
         return self._delete(
-            table, keys, lambda uid: db_ops.DeleteWhere(table, uid, predicate), replayable=True
+            table,
+            keys,
+            lambda uid: db_ops.DeleteWhere(table, uid, predicate, known),
+            replayable=True,
         )
 
     def _read_fields(

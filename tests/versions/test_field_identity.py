@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
 import merkle
@@ -366,3 +367,37 @@ def test_a_replay_over_a_field_renamed_onto_the_name_says_so(conn: merkle.Connec
     conn.open_db("main").alter_schema("t", rename={"f": "old_f", "g": "f"}).commit()
     with pytest.raises(ConflictError, match="field 'g' renamed to its name"):
         stale.commit()
+
+
+def test_a_replayed_delete_where_after_a_field_was_added_again_conflicts(
+    conn: merkle.Connection,
+) -> None:
+    # Which fields a predicate reads is not recorded: on the new f it matched k=0 (whose
+    # new f is "old-1") and kept k=1, the record it was written for.
+    _main(conn)
+    stale = conn.open_db("main").delete_where("t", pc.field("f") == "old-1")
+    _readd(conn.open_db("main")).update("t", {0: {"f": "old-1"}}).commit()
+    with pytest.raises(ConflictError, match="may read it in its predicate"):
+        stale.commit()
+    assert [r["k"] for r in _rows(conn.open_db("main"))] == [0, 1, 2]
+
+
+def test_a_replayed_upsert_condition_after_a_field_was_added_again_conflicts(
+    conn: merkle.Connection,
+) -> None:
+    _main(conn)
+    stale = conn.open_db("main").upsert(
+        "t", [{"k": 1, "g": 10}], condition=lambda old, new: old.get("f") == "old-1"
+    )
+    _readd(conn.open_db("main")).commit()
+    with pytest.raises(ConflictError, match="may read it in its condition"):
+        stale.commit()
+
+
+def test_a_replayed_delete_where_after_an_unrelated_change_commits(
+    conn: merkle.Connection,
+) -> None:
+    _main(conn)
+    stale = conn.open_db("main").delete_where("t", pc.field("f") == "old-1")
+    conn.open_db("main").alter_schema("t", add={"z": pa.int64()}).commit()
+    assert [r["k"] for r in _rows(stale.commit())] == [0, 2]
