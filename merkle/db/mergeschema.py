@@ -21,7 +21,7 @@ table, settled by ``"ours"``/``"theirs"`` or reported:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from dataclasses import field as _field
 
@@ -94,17 +94,22 @@ def merge_schemas(base: Table | None, ours: Table, theirs: Table) -> SchemaMerge
     if o == t and ids_o == ids_t:
         return SchemaMerge(None, None)
     for side, ids in (("our", ids_o), ("their", ids_t)):
-        # Added again after the base: born in a later epoch than the base's field (a
-        # field that only differs, e.g. one both sides added and a merge kept one
-        # identity of, is no re-add).
-        again = [n for n in b if n in ids and n in ids_b and ids[n][1] > ids_b[n][1]]
-        if again:
-            return SchemaMerge(
-                None,
-                None,
-                f"field {again[0]!r} was dropped and added again on {side} side (a new field "
-                "under the old name) and the table changed on the other",
-            )
+        # Not the base's field under its name: added again after the base (born in a
+        # later epoch), or another field renamed to the name. (A field that only has
+        # another identity, e.g. one both sides added and a merge kept one identity
+        # of, is neither.)
+        for n in b:
+            if n not in ids or n not in ids_b or ids[n] == ids_b[n]:
+                continue
+            if ids[n][0] != n:
+                why = f"field {ids[n][0]!r} was renamed to {n!r}, a name the base's field left,"
+                why += f" on {side} side"
+            elif ids[n][1] > ids_b[n][1]:
+                why = f"field {n!r} was dropped and added again on {side} side (a new field "
+                why += "under the old name)"
+            else:
+                continue
+            return SchemaMerge(None, None, f"{why} and the table changed on the other")
     result: dict[str, pa.Field] = {}
     taken: dict[str, FieldId] = {}  # identities of the fields only theirs added
     gone = [n for n in b if n not in o and n not in t]
@@ -148,7 +153,7 @@ def merge_schemas(base: Table | None, ours: Table, theirs: Table) -> SchemaMerge
         if name in ids_o and name in ids_t and ids_o[name] != ids_t[name]:
             # One field with two identities (added on both sides, or so merged before):
             # the merge keeps the earlier, so neither side's later merges see a re-add.
-            taken[name] = min(ids_o[name], ids_t[name], key=lambda i: (i[1], i[0]))
+            taken[name] = min(ids_o[name], ids_t[name], key=_preferred(name))
     to_ours, to_theirs = _change_to(o, result), _change_to(t, result)
     for change in (to_ours, to_theirs):
         if isinstance(change, str):
@@ -157,6 +162,12 @@ def merge_schemas(base: Table | None, ours: Table, theirs: Table) -> SchemaMerge
     assert not isinstance(to_theirs, str)
     epoch = max(ours.root.schema_epoch, theirs.root.schema_epoch)
     return SchemaMerge(to_ours, to_theirs, ids=taken, epoch=epoch)
+
+
+def _preferred(name: str) -> Callable[[FieldId], tuple[bool, int, str]]:
+    """The order in which a merge prefers one of a field's two identities: one born under
+    the field's name, then the earlier epoch, then the birth name."""
+    return lambda ident: (ident[0] != name, ident[1], ident[0])
 
 
 def _same(x: pa.Field | None, y: pa.Field | None) -> bool:

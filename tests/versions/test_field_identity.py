@@ -401,3 +401,15 @@ def test_a_replayed_delete_where_after_an_unrelated_change_commits(
     stale = conn.open_db("main").delete_where("t", pc.field("f") == "old-1")
     conn.open_db("main").alter_schema("t", add={"z": pa.int64()}).commit()
     assert [r["k"] for r in _rows(stale.commit())] == [0, 2]
+
+
+def test_a_field_renamed_to_a_name_the_base_field_left_is_a_table_conflict(
+    conn: merkle.Connection,
+) -> None:
+    # main dropped f and renamed g to f; dev added a record with a value of the old f.
+    # By name, dev's value of the old f landed in main's f, which is g's.
+    main = _main(conn)
+    conn.create_db("dev", root=main).write("t", [{"k": 10, "f": "dev's old f"}]).commit()
+    main.alter_schema("t", drop=["f"]).alter_schema("t", rename={"g": "f"}).commit()
+    with pytest.raises(MergeConflictError, match="'g' was renamed to 'f'"):
+        conn.merge("dev", "main")
