@@ -192,6 +192,16 @@ def _check_fields_kept(
         )
 
 
+def _replaced(db: Database, table: str, known: Mapping[str, FieldId] | None) -> list[str]:
+    """The fields of ``known`` (name -> identity when the operation was made) whose name
+    now holds another field on ``db``: dropped and added again, or another renamed to it."""
+    root = db._table(table).root
+    if known is None or not root.typed or root.schema is None:
+        return []
+    have = identities(root)
+    return [name for name, ident in known.items() if name in have and have[name] != ident]
+
+
 def _check_none_replaced(
     db: Database, table: str, known: Mapping[str, FieldId] | None, reader: str
 ) -> None:
@@ -199,11 +209,7 @@ def _check_none_replaced(
     field (dropped and added again, or another field renamed to its name): which fields
     a predicate or condition reads is not known, and on the new field it would decide
     by values it was not written for."""
-    root = db._table(table).root
-    if known is None or not root.typed or root.schema is None:
-        return
-    have = identities(root)
-    replaced = [name for name, ident in known.items() if name in have and have[name] != ident]
+    replaced = _replaced(db, table, known)
     if replaced:
         raise ConflictError(
             f"field {replaced[0]!r} of table {table!r} now names another field (dropped and "
@@ -470,10 +476,8 @@ class AlterSchema(Op):
     def apply(self, db: Database) -> Database:
         _same_table(db, self.table, self.uid)
         change = self.change
-        named = [*change.drop, *change.rename, *change.widen, *change.nullable, *change.free]
-        root = db._table(self.table).root
-        present = set(root.schema.names) if root.schema is not None else set()
-        again = [n for n in _gone_fields(db, self.table, named, self.known) if n in present]
+        named = {*change.drop, *change.rename, *change.widen, *change.nullable, *change.free}
+        again = [n for n in _replaced(db, self.table, self.known) if n in named]
         if again:
             raise ConflictError(
                 f"field {again[0]!r} of table {self.table!r} was dropped and added again by a "

@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING
 
 from merkle.blocks.cid import CID
 from merkle.db.inputs import check_flag
-from merkle.errors import StorageError, UsageError
+from merkle.errors import NotFoundError, StorageError, UsageError
 from merkle.gc.fanout import Fanout, Progress
 from merkle.gc.mark import Marker
 from merkle.gc.policy import Policy, Retention, load_policy, parse_duration
@@ -579,10 +579,11 @@ def _pass_writers(run: _Run, lock: GCLock, writer_wait: float, tell: Notify) -> 
     report.writer_leases_passed = [f"{lease.id} ({lease.holder})" for lease in passed]
     for name in journal_names(conn):
         lock.ensure_held()
-        if conn.refs.head(name) is None:
+        try:
+            conn.refs.fence(name, lock.generation)
+        except NotFoundError:
             # A journal without an entry: a creation (create_db, a clone, an import)
             # killed before its first entry landed left its folder. There is no view to
             # fence; a creation still under way finds its lease passed when it lands.
             continue
-        conn.refs.fence(name, lock.generation)
         report.fences += 1
