@@ -299,3 +299,25 @@ def test_alter_families_refuses_a_composite_key_field_as_create_table_does() -> 
     moved = db.alter_families("t", {"F": {"v"}}).commit()
     assert moved.describe_table("t")["families"] == {"F": ["v"]}
     assert list(moved.scan("t")) == list(db.scan("t"))
+
+
+# -- build_table: tablets of a table with bigger limits -------------------------------------
+
+
+@pytest.mark.parametrize(("src_limit", "rows"), [(None, 2_000), (2_000, 600)])
+def test_build_table_cuts_tablets_bigger_than_its_limits(src_limit: int | None, rows: int) -> None:
+    """A tablet of more records than the table's ``tablet_size_limit`` (2,000 into 100), or
+    of pages of more records than its pages hold (pages of 200 into pages of at most 125),
+    is cut again: kept as it was, the table failed validation until a write touched it."""
+    from merkle.tablets.validate import validate
+
+    db = _db().create_table("src", key="k", key_codec="int", tablet_size_limit=src_limit)
+    db = db.create_table(
+        "dst", key="k", key_codec="int", tablet_size_limit=1_000 if src_limit else 100
+    )
+    db = db.commit()
+    records = [{"k": i, "v": f"v{i}"} for i in range(rows)]
+    db = db.build_table("dst", _with_tablets(db, "src", records)).commit()
+    validate(db._ts, db._table("dst"))
+    assert list(db.scan("dst")) == records
+    assert db.get_records("dst", [rows - 1]) == {rows - 1: records[-1]}
