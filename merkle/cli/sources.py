@@ -333,8 +333,10 @@ def _csv_reader(
     convert = pacsv.ConvertOptions(
         column_types=dict(types) or None,
         null_values=list(options.null_values),
-        # Strings are never null by the reader: null values are applied below, key excepted.
-        strings_can_be_null=False,
+        # With the default null value the reader nulls empty text cells and keeps a quoted
+        # "" (how `merkle scan -f csv` writes an empty string); with others it nulls no
+        # text: they are applied below, key excepted (see _nulls_in_strings).
+        strings_can_be_null=_empty_cells_only(options),
         quoted_strings_can_be_null=False,
     )
     return pacsv.open_csv(
@@ -368,12 +370,27 @@ def _nulls_in_strings(batch: pa.RecordBatch, options: ReadOptions) -> pa.RecordB
     ``--column-types`` or by the table must not store ``b"NA"`` for ``NA``.
     """
     arrays = []
+    empty_only = _empty_cells_only(options)
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
-        if _is_text(column.type) and name not in options.key_fields:
+        if not _is_text(column.type):
+            pass
+        elif name in options.key_fields:
+            if empty_only and column.null_count:  # an empty key cell is the empty key
+                column = column.fill_null(pa.scalar("", pa.string()).cast(column.type))
+        elif not empty_only:
             nulls = pa.array(list(options.null_values), pa.string()).cast(column.type)
             column = pc.if_else(pc.is_in(column, value_set=nulls), None, column)
         arrays.append(column)
     return pa.RecordBatch.from_arrays(arrays, schema=batch.schema)
+
+
+def _empty_cells_only(options: ReadOptions) -> bool:
+    """Whether the only null value is the empty cell (the default): then the CSV reader
+    nulls an empty text cell itself and keeps a quoted ``""`` as the empty string, which
+    is how ``merkle scan -f csv`` writes one. Other null values (``NA``) must not apply
+    to the key, and the reader cannot apply them to some columns only: they are applied
+    after reading, to a quoted cell too."""
+    return options.null_values == ("",)
 
 
 def read_batches(source: Source, options: ReadOptions) -> Iterator[pa.RecordBatch]:

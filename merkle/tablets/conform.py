@@ -34,7 +34,14 @@ import pyarrow as pa
 
 from merkle.errors import SchemaError, UsageError
 from merkle.lazy import compute as pc
-from merkle.tablets.dicts import check_fits, declarable_type, has_dictionary, restore_fitting
+from merkle.tablets.dicts import (
+    cast_to,
+    check_dictionaries,
+    check_fits,
+    declarable_type,
+    has_dictionary,
+    restore_fitting,
+)
 from merkle.tablets.fitcolumn import fit_column, typed_array
 from merkle.tablets.freeform import in_micros, python_values
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
@@ -254,6 +261,7 @@ def conform_arrow(
             new_fields.append(target)
         else:
             kind = declarable_type(field.type)
+            check_dictionaries(kind, name, "the Arrow data")  # before its values are cast
             target = pa.field(name, kind, nullable=True, metadata=field.metadata)
             new_fields.append(target)
         if is_free(target):
@@ -432,7 +440,9 @@ def _restore(column: Any, kind: pa.DataType, name: str = "") -> Any:
         return pa.StructArray.from_arrays(
             children, fields=list(kind), mask=column.is_null() if column.null_count else None
         )
-    return column.cast(kind)
+    if pa.types.is_run_end_encoded(kind):
+        return pc.run_end_encode(_restore(column, kind.value_type), run_end_type=kind.run_end_type)
+    return cast_to(column, kind) if has_dictionary(kind) else column.cast(kind)
 
 
 def _wanted(schema: pa.Schema, key: KeyLayout, fields: Sequence[str] | None) -> list[pa.Field]:
@@ -562,6 +572,7 @@ def schema_of_segments(
                     )
                 continue
             check_time_zones(field.type, field.name, "a tablet built elsewhere")
+            check_dictionaries(field.type, field.name, "a tablet built elsewhere")
             added[field.name] = (
                 cbor_field(field.name) if is_cbor_field(field) else pa.field(field.name, field.type)
             )

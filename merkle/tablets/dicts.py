@@ -27,6 +27,8 @@ from merkle.errors import SchemaError
 from merkle.lazy import compute as pc
 
 __all__ = [
+    "cast_to",
+    "check_dictionaries",
     "check_fits",
     "declarable_type",
     "decoded_values",
@@ -73,9 +75,86 @@ def check_fits(name: str, array: pa.Array | pa.ChunkedArray, kind: pa.DataType) 
     chunks = array.chunks if isinstance(array, pa.ChunkedArray) else [array]
     for chunk in chunks:
         try:
-            chunk.cast(kind)
+            cast_to(chunk, kind)
         except pa.ArrowInvalid:
             raise _too_many(name, chunk, kind, "one write") from None
+
+
+def cast_to(array: pa.Array, kind: pa.DataType) -> pa.Array:
+    """``array`` (storage form: no dictionaries) as ``kind``, which has dictionaries.
+
+    Arrow casts strings and bytes to a dictionary type, but not numbers, dates
+    or decimals (``dictionary<int8, int64>``, a pandas ``Categorical`` of
+    ints): those are dictionary-encoded, then given the index type. A struct's
+    children are cast one by one, so a struct may hold such a dictionary too
+    (:func:`check_dictionaries` refuses one inside a list or map).
+    """
+    try:
+        return array.cast(kind)
+    except pa.ArrowNotImplementedError:
+        if pa.types.is_dictionary(kind) and not pa.types.is_dictionary(array.type):
+            values = array if array.type == kind.value_type else array.cast(kind.value_type)
+            return values.dictionary_encode().cast(kind)
+        if not (pa.types.is_struct(kind) and pa.types.is_struct(array.type)):
+            raise
+    children = [cast_to(array.field(i), kind.field(i).type) for i in range(kind.num_fields)]
+    return pa.StructArray.from_arrays(
+        children, fields=list(kind), mask=array.is_null() if array.null_count else None
+    )
+
+
+def _castable(value_type: pa.DataType) -> bool:
+    """Whether Arrow casts values of this type to a dictionary of them, even nested."""
+    types = pa.types
+    return bool(
+        types.is_string(value_type)
+        or types.is_large_string(value_type)
+        or types.is_binary(value_type)
+        or types.is_large_binary(value_type)
+        or types.is_null(value_type)
+    )
+
+
+def _encodable(value_type: pa.DataType) -> bool:
+    """Whether Arrow dictionary-encodes values of this type (no nested types)."""
+    types = pa.types
+    return bool(
+        _castable(value_type)
+        or types.is_integer(value_type)
+        or types.is_floating(value_type)
+        or types.is_decimal(value_type)
+        or types.is_temporal(value_type)
+        or types.is_boolean(value_type)
+        or types.is_fixed_size_binary(value_type)
+    )
+
+
+def _unsupported(kind: pa.DataType, in_list: bool) -> pa.DataType | None:
+    if pa.types.is_dictionary(kind):
+        value = kind.value_type
+        return None if _castable(value) or (_encodable(value) and not in_list) else kind
+    nested = in_list or not pa.types.is_struct(kind)
+    for i in range(kind.num_fields):
+        found = _unsupported(kind.field(i).type, nested)
+        if found is not None:
+            return found
+    return None
+
+
+def check_dictionaries(kind: pa.DataType, name: str, where: str) -> None:
+    """SchemaError when field ``name`` of ``kind`` holds a dictionary type merkle-db cannot
+    rebuild on read: values of a nested type (``dictionary<int8, list<int64>>``), or
+    values other than strings and bytes inside a list or map. Segments store
+    dictionaries decoded, so every read would fail: refused when declared, added or
+    learned from a write, like an unknown time zone."""
+    found = _unsupported(kind, in_list=False)
+    if found is None:
+        return
+    raise SchemaError(
+        f"{where}: field {name!r} is {kind}: merkle-db stores dictionaries of strings or "
+        "bytes anywhere, and of numbers, dates, decimals or bools outside lists and maps, "
+        f"not {found}; declare {found.value_type} in its place"
+    )
 
 
 def _too_many(name: str, chunk: pa.Array, kind: pa.DataType, what: str) -> SchemaError:
@@ -130,11 +209,21 @@ def declarable_type(kind: pa.DataType) -> pa.DataType:
 
 def decoded_values(column: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
     """A dictionary column's values: Arrow has no cast or take kernel for dictionaries of
-    views (Polars' categoricals are dictionary<string_view>), so those decode as strings."""
+    views (Polars' categoricals are dictionary<string_view>), so those decode as strings,
+    and no cast from a dictionary of nested values (lists, structs), which are taken."""
     try:
         return column.cast(column.type.value_type)
     except pa.ArrowNotImplementedError:
-        plain = pa.string() if str(column.type.value_type) == "string_view" else pa.binary()
+        value_type = column.type.value_type
+        view = str(value_type) in ("string_view", "binary_view")
+        plain = (
+            (pa.string() if str(value_type) == "string_view" else pa.binary())
+            if view
+            else value_type
+        )
         chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
-        decoded = [chunk.dictionary.cast(plain).take(chunk.indices) for chunk in chunks]
+        decoded = [
+            (chunk.dictionary.cast(plain) if view else chunk.dictionary).take(chunk.indices)
+            for chunk in chunks
+        ]
         return pa.chunked_array(decoded, type=plain)

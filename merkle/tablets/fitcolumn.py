@@ -51,10 +51,15 @@ def fit_column(
         source = column.type
         if source == target:
             return column
+    if pa.types.is_run_end_encoded(source):
+        column = pc.run_end_decode(column)  # no cast kernel from run-end encoding
+        source = column.type
+        if source == target:
+            return column
     if pa.types.is_null(source):
         return pa.nulls(len(column), target)
     place = _Place(name, target, key_of, key_field)
-    if type_family(source) != type_family(target):
+    if _family_mismatch(source, target):
         position = _first_valid(column)
         raise SchemaError(
             f"{place.what} {name!r} is {target}, but the data holds {source}"
@@ -90,6 +95,34 @@ def fit_column(
     if not checked:
         _refuse_unchecked(column, target, place)
     return candidate
+
+
+def _family_mismatch(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether a value of ``source`` differs in kind from ``target``'s, at the top or
+    anywhere inside (a list of bools is no list of ints: Arrow casts True to 1, and 1
+    casts back to True, so the round trip alone takes it)."""
+    if pa.types.is_null(source):
+        return False  # nulls fit anything
+    if type_family(source) != type_family(target):
+        return True
+    if pa.types.is_dictionary(source):
+        source = source.value_type
+    if pa.types.is_dictionary(target):
+        target = target.value_type
+    if pa.types.is_map(source) and pa.types.is_map(target):
+        return _family_mismatch(source.key_type, target.key_type) or _family_mismatch(
+            source.item_type, target.item_type
+        )
+    if pa.types.is_struct(source) and pa.types.is_struct(target):
+        wanted = {target.field(i).name: target.field(i).type for i in range(target.num_fields)}
+        return any(
+            _family_mismatch(source.field(i).type, wanted[source.field(i).name])
+            for i in range(source.num_fields)
+            if source.field(i).name in wanted
+        )
+    if type_family(source) == "list":
+        return _family_mismatch(source.value_type, target.value_type)
+    return False
 
 
 @dataclass(frozen=True)

@@ -3,38 +3,47 @@
 pyarrow converts some Python values into a type with a loss and no word: a
 float into an integer type is truncated, a datetime into a date loses its
 time of day, a fraction of a second below a timestamp's, time's or
-duration's unit is cut, a float into float32 is rounded. A value that does
-not fit its field is a SchemaError (doc/api.md, "Schemas"), as the same
-value given as Arrow data already was (a cast that does not round-trip).
+duration's unit is cut, a float into float32 or float16 (or an int into
+float16) is rounded, and a bool into a float type becomes 1.0 or 0.0. A
+value that does not fit its field is a SchemaError (doc/api.md, "Schemas"),
+as the same value given as Arrow data already was (a cast that does not
+round-trip, or a bool column into a number field). Values are checked
+inside lists, structs and maps (keys and values) alike.
 """
 
 from __future__ import annotations
 
 import datetime
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 __all__ = ["loss_check"]
 
+Check = Callable[[Any], str | None]
 
-def loss_check(target: pa.DataType) -> Callable[[Any], str | None] | None:
+
+def loss_check(target: pa.DataType) -> Check | None:
     """For a type pyarrow converts some Python values into with a loss (cutting or
     rounding them without a word), a function naming the loss of one value (None when
     it fits exactly); None for other types. Nested types are checked inside: a struct
-    also loses a member its fields do not name, which pyarrow drops without a word."""
+    (or a map's entry) also loses a member its fields do not name, which pyarrow drops
+    without a word."""
     if pa.types.is_struct(target):
         return _struct_check(target)
+    if pa.types.is_map(target):
+        return _map_check(target)
     if pa.types.is_list(target) or pa.types.is_large_list(target):
         return _items_check(loss_check(target.value_type))
     if pa.types.is_fixed_size_list(target):
         return _items_check(loss_check(target.value_type))
     if pa.types.is_integer(target):
-        return lambda v: "it is not a whole number" if _fractional(v) else None
-    if pa.types.is_float32(target):
-        return _float32_loss
+        return _integer_loss
+    if pa.types.is_floating(target):
+        return _FLOAT_CHECKS[target.bit_width]
     if pa.types.is_date(target):
         return lambda v: (
             "it has a time of day, which a date drops"
@@ -60,7 +69,7 @@ def loss_check(target: pa.DataType) -> Callable[[Any], str | None] | None:
     return None
 
 
-def _struct_check(target: pa.StructType) -> Callable[[Any], str | None]:
+def _struct_check(target: pa.StructType) -> Check:
     children = {
         target.field(i).name: loss_check(target.field(i).type) for i in range(target.num_fields)
     }
@@ -83,7 +92,52 @@ def _struct_check(target: pa.StructType) -> Callable[[Any], str | None]:
     return check
 
 
-def _items_check(inner: Callable[[Any], str | None] | None) -> Callable[[Any], str | None] | None:
+def _map_check(target: pa.MapType) -> Check:
+    """A map's keys and values are checked as the key and item types' own values are.
+
+    pyarrow takes a map as a dict, or as a list of (key, value) pairs or of entry
+    dicts naming the map's key and item fields (any other member of an entry it drops).
+    """
+    key_name, item_name = target.key_field.name, target.item_field.name
+    of_key, of_item = loss_check(target.key_type), loss_check(target.item_type)
+
+    def entry_loss(key: Any, item: Any) -> str | None:
+        lost = None if of_key is None or key is None else of_key(key)
+        if lost:
+            return f"its key {key!r}: {lost}"
+        lost = None if of_item is None or item is None else of_item(item)
+        if lost:
+            return f"its value for key {key!r}: {lost}"
+        return None
+
+    def check(value: Any) -> str | None:
+        if isinstance(value, Mapping):
+            entries: Any = value.items()
+        elif isinstance(value, list | tuple):
+            entries = value
+        else:
+            return None  # pyarrow refuses it
+        for entry in entries:
+            if isinstance(entry, tuple) and len(entry) == 2:
+                lost = entry_loss(*entry)
+            elif isinstance(entry, dict):
+                extra = next((n for n in entry if n not in (key_name, item_name)), None)
+                if extra is not None:
+                    return (
+                        f"an entry has member {extra!r}, which the map's entries "
+                        f"({key_name}, {item_name}) do not name and would be dropped"
+                    )
+                lost = entry_loss(entry.get(key_name), entry.get(item_name))
+            else:
+                continue  # pyarrow refuses it
+            if lost:
+                return lost
+        return None
+
+    return check
+
+
+def _items_check(inner: Check | None) -> Check | None:
     if inner is None:
         return None
 
@@ -99,15 +153,71 @@ def _items_check(inner: Callable[[Any], str | None] | None) -> Callable[[Any], s
     return check
 
 
-def _float32_loss(value: Any) -> str | None:
-    if not isinstance(value, float) or value != value:  # NaN is NaN in either width
-        return None
-    try:
-        narrowed = struct.unpack("<f", struct.pack("<f", value))[0]
-    except OverflowError:
-        return "it is beyond the range of float32"
-    return None if narrowed == value else f"float32 holds it only as {narrowed!r}"
+def _integer_loss(value: Any) -> str | None:
+    # pyarrow refuses a bool into an integer type, but takes numpy's bool (inside a
+    # list or struct: a top-level one is made a bool before) as 1 or 0.
+    if isinstance(value, float):
+        return None if value.is_integer() else "it is not a whole number"
+    if isinstance(value, np.bool_):
+        return _BOOL
+    return None
 
 
-def _fractional(value: Any) -> bool:
-    return isinstance(value, float) and not value.is_integer()
+#: Why a bool does not fit a number field (pyarrow makes True 1.0 in a float field, but
+#: refuses it in an integer or decimal field, as a bool column is refused by every one).
+_BOOL = "it is a bool, not a number"
+
+
+#: pyarrow reads a numpy uint64 above this as the int64 of the same bits (2**64 - 1
+#: becomes -1.0 in a float field, without a word).
+_INT64_MAX = 2**63 - 1
+_MISREAD = (
+    "pyarrow reads a numpy uint64 above 2**63 - 1 as a negative number into a float "
+    "field: give it as float(value)"
+)
+
+
+def _float64_loss(value: Any) -> str | None:
+    if value is True or value is False:
+        return _BOOL
+    if isinstance(value, np.unsignedinteger) and value > _INT64_MAX:
+        return _MISREAD
+    return None
+
+
+def _narrow_check(name: str, code: str, *, ints: bool) -> Check:
+    """The loss of a Python number stored as the float type of struct format ``code``.
+
+    ``ints``: pyarrow rounds an int into this type without a word (it refuses an int
+    float32 does not hold exactly, but rounds one into float16).
+    """
+    narrow = struct.Struct("<" + code)
+    pack, unpack = narrow.pack, narrow.unpack
+
+    def check(value: Any) -> str | None:
+        if isinstance(value, float):
+            if value != value:  # NaN is NaN in any width
+                return None
+            number: float | int = value
+        elif value is True or value is False:
+            return _BOOL
+        elif isinstance(value, np.unsignedinteger) and value > _INT64_MAX:
+            return _MISREAD
+        elif ints and isinstance(value, int | np.integer):
+            number = int(value)
+        else:
+            return None  # exact (a numpy float of this width), or refused by pyarrow
+        try:
+            narrowed = unpack(pack(float(number)))[0]
+        except OverflowError:
+            return f"it is beyond the range of {name}"
+        return None if narrowed == number else f"{name} holds it only as {narrowed!r}"
+
+    return check
+
+
+_FLOAT_CHECKS: dict[int, Check] = {
+    16: _narrow_check("float16", "e", ints=True),
+    32: _narrow_check("float32", "f", ints=False),
+    64: _float64_loss,
+}

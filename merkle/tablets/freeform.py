@@ -320,6 +320,13 @@ def python_values(
         raise  # not UTF-8: damage, not a value out of Python's range (Table.records)
     except (OverflowError, ValueError) as exc:
         error = exc
+    kind = column.type
+    if pa.types.is_timestamp(kind) and kind.tz is not None and not utc:
+        convert = _zoned_values
+        try:
+            return convert(column)
+        except (OverflowError, ValueError) as exc:
+            error = exc
     position = _first_failing(column, convert)
     where = (
         "a value"
@@ -360,6 +367,40 @@ def _first_failing(
 
 def _plain_values(column: pa.ChunkedArray) -> list[Any]:
     return list(column.to_pylist())
+
+
+def _zoned_values(column: pa.ChunkedArray) -> list[Any]:
+    """A zoned timestamp column as datetimes in its zone, made from the wall time there.
+
+    pyarrow makes each value in UTC first, which fails for an instant within
+    years 1 to 9999 in the field's zone but not in UTC (0001-01-01 05:30 in
+    Asia/Kolkata, whose offset then was +05:53:28, is in year 0 in UTC): the
+    datetime the user wrote. The wall time comes from Arrow's time zone
+    database; ``fold`` picks the one of two equal wall times (the hour a clock
+    goes back) whose offset is the value's. Only the error path pays for it.
+    """
+    from merkle.lazy import compute as pc  # the error path only
+
+    kind = column.type
+    zone = pa.lib.string_to_tzinfo(kind.tz)
+    per_second = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[kind.unit]
+    local = pc.local_timestamp(column)
+    out: list[Any] = []
+    for chunk, wall_chunk in zip(column.chunks, local.chunks, strict=True):
+        ticks = chunk.view(pa.int64()).to_pylist()
+        wall_ticks = wall_chunk.view(pa.int64()).to_pylist()
+        for wall, at, here in zip(wall_chunk.to_pylist(), ticks, wall_ticks, strict=True):
+            if wall is None:
+                out.append(None)
+                continue
+            offset = datetime.timedelta(microseconds=(here - at) * 1_000_000 // per_second)
+            value = wall.replace(tzinfo=zone)
+            if value.utcoffset() != offset:
+                value = value.replace(fold=1)
+            if value.utcoffset() != offset:
+                raise ValueError(f"{wall} has no offset {offset} in {kind.tz}")
+            out.append(value)
+    return out
 
 
 def in_micros(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:

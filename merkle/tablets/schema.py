@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from merkle.errors import IntegrityError, SchemaError
+from merkle.tablets.dicts import check_dictionaries
 from merkle.tablets.freeform import unknown_time_zone
 from merkle.tablets.segment import cbor_field, is_cbor_field
 
@@ -71,16 +72,23 @@ def composite_column(names: Sequence[str]) -> str:
 
 
 def storage_type(kind: pa.DataType) -> pa.DataType:
-    """The type a field's values have inside segments: ``kind`` without dictionary encoding.
+    """The type a field's values have inside segments: ``kind`` without dictionary encoding,
+    views or run-end encoding.
 
     Dictionaries are decoded for storage (rows of one field are concatenated,
     sorted and merged across writes, and one dictionary per segment would
-    have to be unified every time); a read casts them back to ``kind``. Every
-    other type is stored as it is.
+    have to be unified every time); a read casts them back to ``kind``. String
+    and binary views and run-end encoded columns are stored plain for another
+    reason: Arrow has no take, filter or sort kernel for them, which every
+    write, merge and lookup uses. Every other type is stored as it is.
     """
     types = pa.types
-    if types.is_dictionary(kind):
+    if types.is_dictionary(kind) or types.is_run_end_encoded(kind):
         return storage_type(kind.value_type)
+    if types.is_string_view(kind):
+        return pa.string()
+    if types.is_binary_view(kind):
+        return pa.binary()
     if types.is_struct(kind):
         return pa.struct([_storage_field(kind.field(i)) for i in range(kind.num_fields)])
     if types.is_map(kind):
@@ -147,6 +155,7 @@ def check_schema(schema: Any, key: str | Sequence[str] = ()) -> pa.Schema | None
     for field in schema:
         check_field_metadata(field, "create_table(schema=...)")
         check_time_zones(field.type, field.name, "create_table(schema=...)")
+        check_dictionaries(field.type, field.name, "create_table(schema=...)")
     return schema.remove_metadata()
 
 

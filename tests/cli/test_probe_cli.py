@@ -201,3 +201,25 @@ def test_a_missing_bucket_is_named(moto_endpoint: str) -> None:
     # A bucket that exists but holds no lake is still "no merkle lake".
     empty = Run(f"s3://{new_bucket(moto_endpoint)}/lake")
     assert "there is no merkle lake at" in empty.fails(*options, "db", "list")
+
+
+# -- an empty string through the CLI's own CSV export and load --------------------------
+
+
+def test_csv_export_of_an_empty_string_loads_back_as_one(
+    run: Run, conn: merkle.Connection, shop: merkle.Database, tmp_path: Path
+) -> None:
+    """``scan -f csv`` writes an empty string as a quoted ``""`` (a null as an empty
+    cell); ``load`` took both for no value, so the empty string was lost."""
+    schema = pa.schema([("k", pa.string()), ("s", pa.string()), ("n", pa.string())])
+    shop = shop.create_table("t", key="k", schema=schema)
+    shop.write("t", [{"k": "a", "s": "", "n": "NA"}, {"k": "b"}]).commit()
+    exported = tmp_path / "t.csv"
+    exported.write_text(run.ok("scan", "shop", "t", "-f", "csv").output)
+    run.ok("load", "shop", "t2", str(exported), "--key", "k")
+    db = conn.open_db("shop")
+    assert db.to_arrow("t2").to_pylist() == db.to_arrow("t").to_pylist()
+    assert db.get_records("t2", ["a", "b"]) == {
+        "a": {"k": "a", "s": "", "n": "NA"},
+        "b": {"k": "b"},
+    }
