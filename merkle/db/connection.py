@@ -424,7 +424,7 @@ class Connection:
         with after_the_entry(name) as put:
             with self.writer_lease(name) as ticket:
                 if isinstance(root, Database):
-                    source = kept_entry(self, root.name, root.version)  # journal or a tag
+                    source = self._clone_source(root)
                     entry = self._create_entry(
                         name,
                         lambda: self.refs.clone(
@@ -470,6 +470,19 @@ class Connection:
                 f"cannot clone root {root}: block {lost} it reaches is missing (garbage-collected?)"
             )
 
+    def _clone_source(self, root: Database) -> JournalEntry:
+        """The entry a clone of ``root`` copies, under the clone's writer lease: the journal's
+        or a tag's, or, for a version retention trimmed since, the value's own while its
+        reader lease still keeps its blocks (each checked present: the lease may have
+        lapsed unseen before the writer lease stopped collections)."""
+        try:
+            return kept_entry(self, root.name, root.version)  # journal or a tag
+        except NotFoundError:
+            if not root.leased or root.entry.root is None:
+                raise
+        self._check_whole(CID.parse(root.entry.root))
+        return root.entry
+
     # -- versions as data ------------------------------------------------------------
 
     def tag(
@@ -490,13 +503,19 @@ class Connection:
         if entry.root is None:
             raise NotFoundError(f"version {entry.version} of {db!r} is a drop; it cannot be tagged")
         with self.writer_lease(db):
+            # Checked before the tag is written too, or a collection marking tags could
+            # meet one of a version trimmed before this lease, blocks gone, and stop as if
+            # the lake were damaged; the check after: a collection that passed this lease.
+            gone = NotFoundError(
+                f"version {entry.version} of {db!r} was removed by retention while it was "
+                "being tagged"
+            )
+            if not self._still_kept(db, entry.version, entry.root, besides=name):
+                raise gone
             made = self.tag_refs.create(entry, name, author=author, message=message)
             if not self._still_kept(db, entry.version, entry.root, besides=name):
                 self.tag_refs.delete(db, name)  # trimmed (and maybe collected) meanwhile
-                raise NotFoundError(
-                    f"version {entry.version} of {db!r} was removed by retention while it "
-                    "was being tagged"
-                )
+                raise gone
         return made
 
     def tags(self, db: str) -> list[Tag]:

@@ -159,6 +159,8 @@ class VerifyReport:
     notes: list[str] = field(default_factory=list)
     unreachable_blocks: int | None = None  # None when only one database was checked
     unreachable_bytes: int | None = None
+    #: Blocks gone because a collection trimmed their version while verify walked it.
+    trimmed_meanwhile: int = 0
 
     @property
     def ok(self) -> bool:
@@ -183,6 +185,11 @@ class VerifyReport:
             lines.append(f"  missing {cid} (from {where})")
         for cid, where in self.corrupt[:20]:
             lines.append(f"  corrupt {cid} (from {where})")
+        if self.trimmed_meanwhile:
+            lines.append(
+                f"  note: {self.trimmed_meanwhile:,} blocks were freed by a collection that "
+                "trimmed their version while this check ran (not damage)"
+            )
         if self.unreachable_blocks is not None:
             lines.append(
                 f"unreachable: {self.unreachable_blocks:,} blocks "

@@ -12,6 +12,7 @@ the blocks; harmless oddities (a HEAD hint ahead of the journal) are notes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from merkle.errors import IntegrityError, MerkleError, NotFoundError
@@ -43,7 +44,7 @@ def verify(
     if db is not None and conn.refs.head(db) is None:
         raise NotFoundError(f"there is no database {db!r} in {conn.uri} to verify")
     seen: set[bytes] = set()
-    frontier: list[tuple[CID, str]] = []
+    frontier: list[tuple[CID, _Origin]] = []
     for name in names:
         audit = audit_journal(conn.refs, name)
         report.journals_damaged.extend((name, problem) for problem in audit.problems)
@@ -54,7 +55,7 @@ def verify(
                 cid = CID.parse(entry.root)
                 if cid.bytes not in seen:
                     seen.add(cid.bytes)
-                    frontier.append((cid, f"database {name!r} version {entry.version}"))
+                    frontier.append((cid, _Origin(name, entry.version, entry.root)))
     # Tagged versions are kept whatever the retention (merkle.gc.tags): check them too.
     tags, damaged = conn.tag_refs.audit(db)
     report.journals_damaged.extend(damaged)  # a tag is a ref, as journal entries are
@@ -62,12 +63,17 @@ def verify(
         cid = CID.parse(tag.root)
         if cid.bytes not in seen:
             seen.add(cid.bytes)
-            frontier.append((cid, f"tag {tag.name!r} of database {tag.db!r}"))
+            frontier.append((cid, _Origin(tag.db, tag.version, tag.root, tag.name)))
     while frontier:
         batch, frontier = frontier[:_BATCH], frontier[_BATCH:]
-        for (cid, where), data in zip(batch, conn.store.map_bulk(_fetch(conn), batch), strict=True):
+        fetched = conn.store.map_bulk(_fetch(conn), batch)
+        for (cid, origin), data in zip(batch, fetched, strict=True):
+            where = origin.where
             if isinstance(data, NotFoundError):
-                report.missing.append((str(cid), where))
+                if origin.kept(conn):
+                    report.missing.append((str(cid), where))
+                else:  # trimmed (and swept) while this walk went on: not damage
+                    report.trimmed_meanwhile += 1
                 continue
             if isinstance(data, IntegrityError):
                 report.corrupt.append((str(cid), where))
@@ -83,7 +89,7 @@ def verify(
                 for link in links:
                     if link.bytes not in seen:
                         seen.add(link.bytes)
-                        frontier.append((link, where))
+                        frontier.append((link, origin))
         if progress is not None:
             progress("verify", report.blocks_checked, None)
     if db is None:
@@ -93,10 +99,37 @@ def verify(
     return report
 
 
-def _fetch(conn: Connection) -> Callable[[tuple[CID, str]], bytes | MerkleError]:
+@dataclass(frozen=True)
+class _Origin:
+    """The kept version (of a journal, or a tag's) a block was first reached from."""
+
+    db: str
+    version: int
+    root: str
+    tag: str | None = None
+
+    @property
+    def where(self) -> str:
+        if self.tag is not None:
+            return f"tag {self.tag!r} of database {self.db!r}"
+        return f"database {self.db!r} version {self.version}"
+
+    def kept(self, conn: Connection) -> bool:
+        """Whether the version is still kept: a collection running beside the walk may
+        have trimmed it and freed its blocks since it was listed (a tag, deleted). A
+        block another kept version shares is then not reported missing by this walk
+        (it was reached from this origin only); the next verify or collection sees it."""
+        from merkle.db.connection import _still_kept
+
+        if self.tag is None:
+            return _still_kept(conn.refs, conn.tag_refs, self.db, self.version, self.root)
+        return any(t.name == self.tag and t.root == self.root for t in conn.tag_refs.list(self.db))
+
+
+def _fetch(conn: Connection) -> Callable[[tuple[CID, _Origin]], bytes | MerkleError]:
     """Read and hash one block, returning the error instead of raising it."""
 
-    def fetch(item: tuple[CID, str]) -> bytes | MerkleError:
+    def fetch(item: tuple[CID, _Origin]) -> bytes | MerkleError:
         cid = item[0]
         try:
             return conn.blocks.get(cid)
