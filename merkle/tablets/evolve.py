@@ -278,8 +278,8 @@ def plan_change(
             raise SchemaError(
                 f"cannot widen field {name!r} from {old.type} to {kind}: not every value of "
                 f"the old type is a value of the new one (allowed: wider integers, "
-                f"float32 -> float64, int -> float64, decimal precision, large types, a wider "
-                f"dictionary index or the dictionary's value type)"
+                f"float16/32 -> float64, int8/16/32 -> float64, decimal precision, large "
+                f"types, a wider dictionary index or the dictionary's value type)"
             )
         if name in key.fields:
             _check_key_widen(name, old.type, kind)
