@@ -454,6 +454,13 @@ def open_store(uri: str | os.PathLike[str], **options: Any) -> ObjectStore:
             )
         location = "file://" + quote_location(os.path.abspath(uri))
         return _backend("file", uri).from_uri(urlsplit(location), options)
+    control = next((c for c in uri if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    if control is not None:
+        # urlsplit drops tabs and newlines without a word: another lake would be opened.
+        raise UsageError(
+            f"malformed lake URI {uri!r}: it holds the control character {control!r}; "
+            "remove it (or percent-encode it, where a location may hold one)"
+        )
     scheme = uri.split("://", 1)[0].lower()
     if not scheme or not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum():
         raise UsageError(f"malformed lake URI {uri!r}: the scheme {scheme!r} is not valid")

@@ -40,7 +40,13 @@ from merkle.storage.base import (
     check_range,
     quote_location,
 )
-from merkle.storage.s3_client import check_bucket, check_endpoint, check_number, new_client
+from merkle.storage.s3_client import (
+    check_bucket,
+    check_endpoint,
+    check_number,
+    check_text,
+    new_client,
+)
 from merkle.storage.s3_retry import (
     Failure,
     backoff_delay,
@@ -115,6 +121,10 @@ class S3Store(ObjectStore):
             except UsageError as exc:
                 raise UsageError(f"invalid prefix in s3://{bucket}/{prefix}: {exc}") from None
         check_endpoint(endpoint_url)
+        check_text("region_name", region_name)
+        check_text("aws_access_key_id", aws_access_key_id)
+        check_text("aws_secret_access_key", aws_secret_access_key)
+        check_text("aws_session_token", aws_session_token)
         check_number("bulk_workers", bulk_workers, minimum=1, integral=True)
         check_number("max_attempts", max_attempts, minimum=1, integral=True)
         check_number("retry_base_delay", retry_base_delay, minimum=0)
@@ -365,7 +375,7 @@ class S3Store(ObjectStore):
             for item in page.get("Contents", ()):
                 key = item["Key"][strip:]
                 if _hidden(key):
-                    continue  # a probe object, never a lake key
+                    continue  # a probe object or a folder marker, never a lake key
                 yield ObjectInfo(key, int(item["Size"]), item["LastModified"].timestamp())
 
     def list_prefixes(self, prefix: str = "") -> builtins.list[str]:
@@ -549,5 +559,7 @@ class S3Store(ObjectStore):
 
 
 def _hidden(key: str) -> bool:
-    """Whether a listed key has a segment starting with '.' (no valid key does)."""
-    return key.startswith(".") or "/." in key
+    """Whether a listed key is none a lake holds: a segment starting with '.' (a probe
+    object), or an empty segment: a "folder" marker (a key ending in '/', which the AWS
+    console's "Create folder", s3fs and Hadoop's S3A write) or a doubled '/'."""
+    return key.startswith(".") or "/." in key or not key or key.endswith("/") or "//" in key

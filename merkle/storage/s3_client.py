@@ -7,6 +7,7 @@ from the process's one boto3 session, made under a lock.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import threading
@@ -19,7 +20,7 @@ from botocore.exceptions import BotoCoreError, InvalidRegionError, PartialCreden
 
 from merkle.errors import UsageError
 
-__all__ = ["check_bucket", "check_endpoint", "check_number", "new_client"]
+__all__ = ["check_bucket", "check_endpoint", "check_number", "check_text", "new_client"]
 
 # 3-63 characters of lowercase letters, digits, dots and hyphens, starting and
 # ending with a letter or digit, no "..", not an IPv4 address.
@@ -54,11 +55,20 @@ def check_number(
     ok = isinstance(value, kinds) and not isinstance(value, bool)
     if ok:
         assert isinstance(value, (int, float))
-        ok = value > minimum if exclusive else value >= minimum
+        # inf passed: then every request failed after its retries ("timestamp out of range")
+        ok = math.isfinite(value) and (value > minimum if exclusive else value >= minimum)
     if not ok:
         bound = f"> {minimum}" if exclusive else f">= {minimum}"
-        kind = "an integer" if integral else "a number"
+        kind = "an integer" if integral else "a finite number"
         raise UsageError(f"S3 option {name} must be {kind} {bound}, got {value!r}")
+
+
+def check_text(name: str, value: object) -> None:
+    """UsageError unless option ``name`` is text or not given: botocore raised a bare
+    TypeError for a region or a key that is a number (``-o region_name=123`` in the CLI
+    makes an int)."""
+    if value is not None and not isinstance(value, str):
+        raise UsageError(f"S3 option {name} must be text, got {type(value).__name__} {value!r}")
 
 
 def new_client(
