@@ -71,7 +71,7 @@ def fit_column(
         back = candidate.cast(source, safe=False)
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
         # No exact cast kernel (int64 -> decimal128(10, 2), ...): convert value by value.
-        return typed_array(name, column.to_pylist(), target, key_of)
+        return typed_array(name, column.to_pylist(), target, key_of, key_field=key_field)
     try:
         _checked_cast(column, target)
         checked = True
@@ -232,9 +232,15 @@ def _where(column: Any, position: int | None, place: _Place) -> str:
 
 
 def typed_array(
-    name: str, values: Sequence[Any], target: pa.DataType, key_of: Callable[[int], Any]
+    name: str,
+    values: Sequence[Any],
+    target: pa.DataType,
+    key_of: Callable[[int], Any],
+    *,
+    key_field: bool = False,
 ) -> pa.Array:
-    """Python values as an array of ``target``; SchemaError naming the first that does not fit."""
+    """Python values as an array of ``target``; SchemaError naming the first that does not fit
+    (``key_field``: the values are the keys themselves, as in :func:`fit_column`)."""
     lost = loss_check(target)
     try:
         array = pa.array(values, type=target)
@@ -251,9 +257,10 @@ def typed_array(
                 raise ValueError(reason)  # pyarrow would cut or round it without a word
             pa.array([value], type=target)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            place = _Place(name, target, key_of, key_field)
             raise SchemaError(
-                f"field {name!r} is {target}: the value {show_value(value)} "
-                f"({type(value).__name__}) of the record with key {show_value(key_of(position))} "
-                f"does not fit it ({exc}): {_way_out(name, target)}"
+                f"{place.what} {name!r} is {target}: the value {show_value(value)} "
+                f"({type(value).__name__}) of {place.record(position)} "
+                f"does not fit it ({exc}): {place.way_out()}"
             ) from None
     raise SchemaError(f"field {name!r} is {target}: its values do not fit it")

@@ -14,6 +14,7 @@ inside lists, structs and maps (keys and values) alike.
 from __future__ import annotations
 
 import datetime
+import decimal
 import struct
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -158,6 +159,12 @@ def _integer_loss(value: Any) -> str | None:
     # list or struct: a top-level one is made a bool before) as 1 or 0.
     if isinstance(value, float):
         return None if value.is_integer() else "it is not a whole number"
+    if isinstance(value, decimal.Decimal):  # pyarrow truncates Decimal('2.5') to 2
+        return (
+            None
+            if value.is_finite() and value == value.to_integral_value()
+            else ("it is not a whole number")
+        )
     if isinstance(value, np.bool_):
         return _BOOL
     return None

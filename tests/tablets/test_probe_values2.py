@@ -209,3 +209,23 @@ def test_arrow_lists_of_the_same_kind_still_fit(
     got = _table(target).write("t", rows).to_arrow("t").column("v")
     assert got.type == target
     assert got.to_pylist() == pa.array(values, source).to_pylist()
+
+
+# -- decimals into integer fields ----------------------------------------------------------
+
+
+def test_a_decimal_with_a_fraction_is_no_integer() -> None:
+    """pyarrow truncates Decimal('2.5') into an int64 field to 2: records and Arrow columns
+    (which Arrow casts value by value) both stored 2 without a word."""
+    import decimal
+
+    db = _table(pa.int64()).commit()
+    half = decimal.Decimal("2.5")
+    with pytest.raises(SchemaError, match="not a whole number"):
+        db.write("t", [{"k": 1, "v": half}])
+    with pytest.raises(SchemaError, match="not a whole number"):
+        db.write("t", pa.table({"k": [1], "v": pa.array([half], pa.decimal128(5, 1))}))
+    with pytest.raises(SchemaError, match=r"key field 'k' is int64: .* of row 0 "):
+        db.write("t", pa.table({"k": pa.array([half], pa.decimal128(5, 1)), "v": [1]}))
+    whole = decimal.Decimal("2.000")
+    assert db.write("t", [{"k": 1, "v": whole}]).get_records("t", [1]) == {1: {"k": 1, "v": 2}}
