@@ -85,7 +85,7 @@ def _commit(
     from merkle.db.landing import land_commit
     from merkle.db.noop import changes_nothing
     from merkle.errors import ConflictError
-    from merkle.refs import JournalConflictError
+    from merkle.refs import JournalConflictError, LeaseExpiredError
 
     conn = db._conn
     try:
@@ -111,6 +111,19 @@ def _commit(
             if head is None or head.version == db.version:
                 raise
             conflict = JournalConflictError(name, db.version, head.version, str(exc))
+        except LeaseExpiredError as exc:
+            if ticket is not None:
+                raise  # a bulk job's lease: its tasks' blocks cannot be written again here
+            # The lease lapsed while the blocks were written (the process stalled): a
+            # collection may have gone on without it and removed blocks written early,
+            # whose bytes have left memory. Nothing was put: the transaction is built
+            # again from its operations and lands under a new lease (on the same head,
+            # rebase or not; on a moved one, as any replay).
+            conflict = exc
+            head = conn.refs.head(name)
+            if head is not None and head.version == db.version:
+                db = _replay(ops, conn._head_for_replay(db))
+                continue
         else:
             return conn._database(entry)
         if not rebase:

@@ -113,3 +113,39 @@ def test_a_clone_of_a_leased_version_works_after_retention_trimmed_it(tmp_path: 
     with pytest.raises(NotFoundError, match="removed by retention"):
         conn.create_db("again", root=held)  # no lease keeps its blocks any more
     assert merkle.verify(conn).ok
+
+
+def test_a_commit_whose_lease_lapsed_while_writing_lands_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer stalled past its lease while a bulk write's pages went to the lake early;
+    a collection went on without it and removed them (their bytes had left memory). The
+    commit raised LeaseExpiredError; it now builds the transaction again and lands."""
+    import time
+    from dataclasses import replace
+
+    from merkle.refs import LeaseExpiredError
+
+    conn, _ = _lake(tmp_path)
+    collector = merkle.connect(tmp_path.as_uri())
+    timing = collector.leases.timing
+    collector.leases.timing = replace(timing, clock=lambda: time.time() + 200.0)
+    rows = [{"k": i, "v": f"r{i}"} for i in range(60_000)]  # pages are written early
+    db = conn.open_db("d").write("t", rows)
+    check, lapsed = conn.leases.ensure_valid, []
+
+    def lapse_once(lease: Any) -> None:
+        if not lapsed:
+            lapsed.append(merkle.gc(collector, grace="0s"))  # our lease looks expired to it
+            raise LeaseExpiredError(f"lease {lease.id} lapsed while its holder was stopped")
+        check(lease)
+
+    monkeypatch.setattr(conn.leases, "ensure_valid", lapse_once)
+    committed = db.commit()
+    monkeypatch.undo()
+    assert lapsed[0].blocks_freed > 0  # the early pages were swept
+    assert committed.version == conn.open_db("d").version  # after the collection's fence
+    assert committed.describe_table("t")["count"] == 60_000
+    assert merkle.verify(conn).ok
+    reopened = merkle.connect(tmp_path.as_uri()).open_db("d")
+    assert reopened.get_records("t", [59_999]) == {59_999: {"k": 59_999, "v": "r59999"}}
