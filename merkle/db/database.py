@@ -264,7 +264,7 @@ class Database(RecordOps):
             check_metadata(metadata, f"metadata of table {name!r}"),
             (limits.tablet_size, limits.branching, limits.patch, limits.patch_share),
             uuid.uuid4().hex,
-            *with_free_fields(check_schema(schema, key), schema_free),
+            *with_free_fields(check_schema(schema, key), schema_free, key),
         )
         return self._create_table(op)
 
@@ -343,6 +343,8 @@ class Database(RecordOps):
             altered = table.alter_schema(change)
         except UsageError as exc:
             raise type(exc)(f"table {name!r}: {exc}") from None
+        if altered.root == table.root:
+            return self  # nothing changed (a nullable field made nullable): no version
         op = db_ops.AlterSchema(name, table.root.uid, change, self._known(name, table))
         return self._with_table(name, _TableState(altered), op)
 

@@ -151,7 +151,12 @@ def check_schema(schema: Any, key: str | Sequence[str] = ()) -> pa.Schema | None
     repeated = sorted(n for n, times in Counter(names).items() if times > 1)
     if repeated:
         raise SchemaError(f"the schema names fields {repeated} more than once")
-    key_schema_fields(schema, [key] if isinstance(key, str) else list(key))
+    for field in key_schema_fields(schema, [key] if isinstance(key, str) else list(key)):
+        if is_cbor_field(field):
+            raise SchemaError(
+                f"the schema declares the key field {field.name!r} schema-free: a key field "
+                "cannot be schema-free (its key codec orders its values); give it a type"
+            )
     for field in schema:
         check_field_metadata(field, "create_table(schema=...)")
         check_time_zones(field.type, field.name, "create_table(schema=...)")
@@ -202,12 +207,13 @@ def check_field_metadata(field: pa.Field, where: str) -> None:
 
 
 def with_free_fields(
-    schema: pa.Schema | None, free: bool | Sequence[str]
+    schema: pa.Schema | None, free: bool | Sequence[str], key: str | Sequence[str] = ()
 ) -> tuple[pa.Schema | None, bool]:
     """A declared schema with ``free`` fields made schema-free, and the table-wide choice.
 
-    ``free`` is True (every field not in ``schema`` is schema-free), False, or
-    field names (declared schema-free; appended when ``schema`` lacks them).
+    ``free`` is True (every field not in ``schema`` is schema-free, the ``key``
+    fields excepted), False, or field names (declared schema-free; appended
+    when ``schema`` lacks them), never a key field's.
     """
     if isinstance(free, bool):
         return schema, free
@@ -215,9 +221,16 @@ def with_free_fields(
         raise SchemaError(f"schema_free must be True, False or a list of field names, got {free!r}")
     fields = list(schema) if schema is not None else []
     names = [f.name for f in fields]
+    key_fields = [key] if isinstance(key, str) else list(key)
     for name in free:
         if not isinstance(name, str) or not name:
             raise SchemaError(f"schema_free names fields; {name!r} is not a field name")
+        if name in key_fields:
+            # A schema-free key became a table whose every write and lookup failed.
+            raise SchemaError(
+                f"schema_free names the key field {name!r}: a key field cannot be "
+                "schema-free (its key codec orders its values); leave it out"
+            )
         if name in names:
             fields[names.index(name)] = free_field(name)
         else:
