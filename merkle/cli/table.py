@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -231,30 +232,45 @@ def alter(
     """Change the schema of table NAME in database DB (the rules: doc/api.md, "Schemas")."""
     from merkle.cli.typenames import parse_types  # (see create)
 
-    renames = {}
+    renames: dict[str, str] = {}
     for text in rename:
         old, sep, new = text.partition("=")
         if not sep or not old.strip() or not new.strip():
             raise click.BadParameter(f"{text!r} is not OLD=NEW", param_hint="'--rename'")
+        _once(renames, old.strip(), "--rename")
+        if new.strip() in renames.values():
+            raise CliError(f"--rename gives the new name {new.strip()!r} more than once")
         renames[old.strip()] = new.strip()
+    for option, names in (("--drop", drop), ("--nullable", nullable), ("--free", free)):
+        seen: set[str] = set()
+        for field in names:
+            _once(seen, field, option)
+            seen.add(field)
     if not (add or drop or rename or widen or nullable or free):
         raise CliError(
             "nothing to alter: pass --add, --drop, --rename, --widen, --nullable or --free"
         )
-    done = (
-        open_db(db)
-        .alter_schema(
-            name,
-            add=parse_types(",".join(add), "--add"),
-            drop=list(drop),
-            rename=renames,
-            widen=parse_types(",".join(widen), "--widen"),
-            nullable=list(nullable),
-            free=list(free),
-        )
-        .commit(message=message or f"alter the schema of table {name}", author=author)
-    )
+    base = open_db(db)
+    done = base.alter_schema(
+        name,
+        add=parse_types(",".join(add), "--add"),
+        drop=list(drop),
+        rename=renames,
+        widen=parse_types(",".join(widen), "--widen"),
+        nullable=list(nullable),
+        free=list(free),
+    ).commit(message=message or f"alter the schema of table {name}", author=author)
+    if done.version == base.version:
+        say(f"no change: table {name!r} in database {db!r} already has that schema")
+        return
     say(f"altered the schema of table {name!r} in database {db!r} (version {done.version})")
+
+
+def _once(seen: Collection[str], name: str, option: str) -> None:
+    """Refuse a field that ``option`` gives again (as ``--add`` and ``--widen`` do):
+    keeping one silently would be a guess."""
+    if name in seen:
+        raise CliError(f"{option} gives field {name!r} more than once")
 
 
 @table.command("drop")

@@ -6,6 +6,7 @@ Thin layers over ``Database.diff``, ``Connection.merge``, ``Connection.tag``,
 
 from __future__ import annotations
 
+import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -141,10 +142,7 @@ def tag(args: tuple[str, ...], version: int | None, message: str | None, fmt: st
     conn = connection()
     verb = args[0] if len(args) >= 2 and args[0] in _TAG_VERBS else None
     if verb in ("list", "delete") and (version is not None or message is not None):
-        raise click.UsageError(
-            f"`tag {verb}` takes no --version or -m; to tag a database named {verb!r}, "
-            f"use `merkle tag create {verb} {' '.join(args[1:])}`"
-        )
+        raise click.UsageError(_tag_verb_advice(verb, args[1:]))
     if verb == "list" and len(args) == 2:
         rows = [
             {
@@ -175,6 +173,21 @@ def tag(args: tuple[str, ...], version: int | None, message: str | None, fmt: st
 _TAG_VERBS = ("list", "delete", "create")
 
 
+def _tag_verb_advice(verb: str, rest: tuple[str, ...]) -> str:
+    """Why ``tag list|delete`` refuses --version/-m, and the commands (shell-quoted)
+    that the arguments ``rest`` fit: the verb without the options, or tagging a
+    database named ``verb`` (``tag create VERB NAME``, one NAME only)."""
+    ways = []
+    if len(rest) == (1 if verb == "list" else 2):
+        what = "list its tags" if verb == "list" else "delete the tag"
+        ways.append(f"to {what}, use `{shlex.join(['merkle', 'tag', verb, *rest])}`")
+    if len(rest) == 1:
+        create = shlex.join(["merkle", "tag", "create", verb, *rest])
+        ways.append(f"to tag a database named {verb!r}, use `{create}` with them")
+    advice = "; ".join(ways) or "use `tag list DB` or `tag delete DB NAME`"
+    return f"`tag {verb}` takes no --version or -m: {advice}"
+
+
 def _tags_of(conn: merkle.Connection, db: str) -> list[Tag]:
     """The tags of ``db``; when there is no such database but one named ``list`` exists,
     the error says how to tag that one instead."""
@@ -182,7 +195,9 @@ def _tags_of(conn: merkle.Connection, db: str) -> list[Tag]:
         return conn.tags(db)
     except merkle.errors.NotFoundError as exc:
         if "list" in conn.list_dbs():
-            exc.add_note(f"to tag database 'list' as {db!r}, use `merkle tag create list {db}`")
+            exc.add_note(
+                f"to tag database 'list' as {db!r}, use `merkle tag create list {shlex.quote(db)}`"
+            )
         raise
 
 

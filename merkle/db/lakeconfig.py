@@ -53,7 +53,8 @@ def lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str,
                 next(iter(store.list()), None)
             raise NotFoundError(
                 f"there is no merkle lake at {store.uri}: check the location, or create "
-                "the lake (connect with create=True, or `merkle db create`)"
+                "the lake (pass create=True to merkle.connect; CLI: --create, "
+                "or `merkle db create`)"
             ) from None
         node = {"type": CONFIG_TYPE, "v": NODE_VERSION, "hash": hash or "blake3"}
         if not store.put_if_absent(CONFIG_KEY, encode_node(node)):
