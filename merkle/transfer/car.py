@@ -243,7 +243,13 @@ def _cid_at(data: bytes) -> CID:
 
 def read_car(handle: IO[bytes], where: str) -> tuple[CID, Iterator[tuple[CID, bytes]]]:
     """The root of a CAR v1 stream and its blocks, each verified against its CID."""
-    header = decode_node(_read_frame(handle, where, "header"), strict=True)
+    try:
+        header = decode_node(_read_frame(handle, where, "header"), strict=True)
+    except IntegrityError as exc:  # a CSV or any other file: its first bytes read as a length
+        raise IntegrityError(
+            f"{where} is not a CAR file (what `merkle export` writes): it does not start "
+            f"with a CAR header ({exc})"
+        ) from None
     if not isinstance(header, dict) or header.get("version") != 1:
         version = header.get("version") if isinstance(header, dict) else None
         raise IntegrityError(
