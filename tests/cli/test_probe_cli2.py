@@ -85,7 +85,9 @@ def test_alter_that_changes_nothing_says_so_and_makes_no_version(
     assert len(conn.history("shop")) == 2
 
 
-def test_import_of_a_file_that_is_no_car_says_so(run: Run, tmp_path: Path) -> None:
+def test_import_of_a_file_that_is_no_car_says_so(
+    run: Run, shop: merkle.Database, tmp_path: Path
+) -> None:
     """It said "a.csv is truncated: a header of 107 bytes has 11"."""
     data = tmp_path / "a.csv"
     data.write_text("k,v\n1,2\n3,4\n")
