@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from merkle.blocks import BlockStore, ByteLRU, encode_node
+from merkle.blocks.store import node_weight
 from merkle.storage.memory import MemoryStore
 
 
@@ -65,13 +66,13 @@ def test_the_budget_always_holds(operations: list[tuple[int, int]]) -> None:
 
 def test_block_store_node_cache_is_bounded_in_bytes() -> None:
     nodes = [{"i": 1000 + i, "pad": bytes(500)} for i in range(50)]  # equal sizes
-    size = len(encode_node(nodes[0]))
-    blocks = BlockStore(MemoryStore(), cache_bytes=10 * size)
+    weight = node_weight(len(encode_node(nodes[0])))  # what a decoded node costs in memory
+    blocks = BlockStore(MemoryStore(), cache_bytes=10 * weight)
     cids = [blocks.put_node(node) for node in nodes]
-    assert blocks.node_cache.nbytes <= 10 * size
+    assert blocks.node_cache.nbytes <= 10 * weight
     assert len(blocks.node_cache) == 10
     blocks.node_cache.clear()
     for cid, node in zip(cids, nodes, strict=True):
         assert blocks.get_node(cid) == node
-    assert blocks.node_cache.nbytes <= 10 * size
+    assert blocks.node_cache.nbytes <= 10 * weight
     assert blocks.get_node(cids[-1]) is blocks.get_node(cids[-1])
