@@ -36,7 +36,6 @@ from merkle.errors import SchemaError, UsageError
 from merkle.lazy import compute as pc
 from merkle.tablets.dicts import (
     cast_to,
-    check_dictionaries,
     check_fits,
     declarable_type,
     has_dictionary,
@@ -46,8 +45,8 @@ from merkle.tablets.fitcolumn import fit_column, typed_array
 from merkle.tablets.freeform import in_micros, python_values
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
 from merkle.tablets.schema import (
+    check_declared_type,
     check_nanoseconds,
-    check_time_zones,
     composite_column,
     infer_type,
     is_free,
@@ -261,7 +260,7 @@ def conform_arrow(
             new_fields.append(target)
         else:
             kind = declarable_type(field.type)
-            check_dictionaries(kind, name, "the Arrow data")  # before its values are cast
+            check_declared_type(kind, name, "the Arrow data")  # before its values are cast
             target = pa.field(name, kind, nullable=True, metadata=field.metadata)
             new_fields.append(target)
         if is_free(target):
@@ -275,8 +274,6 @@ def conform_arrow(
             if has_dictionary(target.type) and column.type != target.type:
                 check_fits(name, array, target.type)  # Arrow of the field's type fits already
         stored[name] = (stored_field(target), array)
-    for learned in new_fields:
-        check_time_zones(learned.type, learned.name, "the Arrow data")
     order = {name: i for i, name in enumerate(names)}
     full = _extend(schema, sorted(new_fields, key=lambda f: order[f.name]))
     if not partial:
@@ -442,7 +439,7 @@ def _restore(column: Any, kind: pa.DataType, name: str = "") -> Any:
         )
     if pa.types.is_run_end_encoded(kind):
         return pc.run_end_encode(_restore(column, kind.value_type), run_end_type=kind.run_end_type)
-    return cast_to(column, kind) if has_dictionary(kind) else column.cast(kind)
+    return cast_to(column, kind)  # a plain cast, or dictionaries Arrow does not cast to
 
 
 def _wanted(schema: pa.Schema, key: KeyLayout, fields: Sequence[str] | None) -> list[pa.Field]:
@@ -571,8 +568,7 @@ def schema_of_segments(
                         f"stores it as {field.type}"
                     )
                 continue
-            check_time_zones(field.type, field.name, "a tablet built elsewhere")
-            check_dictionaries(field.type, field.name, "a tablet built elsewhere")
+            check_declared_type(field.type, field.name, "a tablet built elsewhere")
             added[field.name] = (
                 cbor_field(field.name) if is_cbor_field(field) else pa.field(field.name, field.type)
             )

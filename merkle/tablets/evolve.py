@@ -43,12 +43,12 @@ import pyarrow as pa
 
 from merkle.errors import SchemaError, UsageError
 from merkle.tablets.conform import KeyLayout
-from merkle.tablets.dicts import check_dictionaries, index_capacity
+from merkle.tablets.dicts import index_capacity
 from merkle.tablets.keychecks import check_codec_fits
 from merkle.tablets.keys import infer_key_codec_arrow
 from merkle.tablets.schema import (
+    check_declared_type,
     check_field_metadata,
-    check_time_zones,
     free_field,
     is_free,
     storage_type,
@@ -113,8 +113,7 @@ class SchemaChange:
         renamed = dict(rename or {})
         widened = {str(n): _type(t, str(n)) for n, t in (widen or {}).items()}
         for name, kind in [*((f.name, f.type) for f in added), *widened.items()]:
-            check_time_zones(kind, name, "alter_schema")
-            check_dictionaries(kind, name, "alter_schema")
+            check_declared_type(kind, name, "alter_schema")
         return cls(
             tuple(added),
             tuple(_names(drop, "drop")),

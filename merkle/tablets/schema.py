@@ -32,6 +32,7 @@ from merkle.tablets.freeform import unknown_time_zone
 from merkle.tablets.segment import cbor_field, is_cbor_field
 
 __all__ = [
+    "check_declared_type",
     "check_field_metadata",
     "check_schema",
     "check_time_zones",
@@ -159,8 +160,7 @@ def check_schema(schema: Any, key: str | Sequence[str] = ()) -> pa.Schema | None
             )
     for field in schema:
         check_field_metadata(field, "create_table(schema=...)")
-        check_time_zones(field.type, field.name, "create_table(schema=...)")
-        check_dictionaries(field.type, field.name, "create_table(schema=...)")
+        check_declared_type(field.type, field.name, "create_table(schema=...)")
     return schema.remove_metadata()
 
 
@@ -177,6 +177,14 @@ def check_time_zones(kind: pa.DataType, name: str, where: str) -> None:
             f"{where}: field {name!r} is {kind}, whose time zone {zone!r} is unknown: use an "
             "IANA zone name (such as 'UTC' or 'Europe/Paris') or an offset (such as '+05:30')"
         )
+
+
+def check_declared_type(kind: pa.DataType, name: str, where: str) -> None:
+    """SchemaError when a field type declared, added or learned from a write (``where``)
+    is one every read of the field would fail on: an unknown time zone, or a dictionary
+    no read can rebuild (:func:`~merkle.tablets.dicts.check_dictionaries`)."""
+    check_time_zones(kind, name, where)
+    check_dictionaries(kind, name, where)
 
 
 #: Field metadata keys that start so are merkle-db's own (``merkle.encoding``).
@@ -364,7 +372,7 @@ def infer_type(name: str, values: Iterable[Any], key_of: Callable[[int], Any]) -
             f"value {show_value(value)}: {exc}): declare the field's type in the schema, "
             f"or declare it schema-free (merkle.free_field({name!r}))"
         ) from None
-    check_time_zones(kind, name, "the records")
+    check_declared_type(kind, name, "the records")
     return kind
 
 
