@@ -8,8 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from cbor2 import CBORTag
+
 from merkle.blocks.cid import CID
-from merkle.blocks.codec import NODE_VERSION, check_node
+from merkle.blocks.codec import NODE_VERSION, check_node, link_of, resolve_links
 from merkle.errors import IntegrityError
 from merkle.tablets.nodefields import bytes_field as _bytes
 from merkle.tablets.nodefields import count_field as _count
@@ -72,7 +74,8 @@ class IndexNode:
     def children(self) -> tuple[ChildRef, ...]:
         if self._children is None:
             assert self._columns is not None
-            cids, counts, sizes, firsts, lasts = self._columns
+            links, counts, sizes, firsts, lasts = self._columns
+            cids = list(map(link_of, links))
             below = [self.height - 1] * len(cids)
             self._children = tuple(map(_child_ref, cids, below, counts, sizes, firsts, lasts))
         return self._children
@@ -82,8 +85,9 @@ class IndexNode:
         if self._children is not None:
             return self._children[i]
         assert self._columns is not None
-        cids, counts, sizes, firsts, lasts = self._columns
-        return _child_ref(cids[i], self.height - 1, counts[i], sizes[i], firsts[i], lasts[i])
+        links, counts, sizes, firsts, lasts = self._columns
+        cid = link_of(links[i])
+        return _child_ref(cid, self.height - 1, counts[i], sizes[i], firsts[i], lasts[i])
 
     def __len__(self) -> int:
         return len(self._children) if self._children is not None else len(self.keys) + 1
@@ -139,7 +143,28 @@ class IndexNode:
         }
 
     @classmethod
+    def from_deferred(cls, node: Any, where: object = None) -> IndexNode:
+        """:meth:`from_node` of a node decoded by
+        :func:`~merkle.blocks.codec.decode_node_deferred`: its links stay tags until a
+        child is asked for (:func:`~merkle.blocks.codec.link_of` checks each then).
+
+        Half of a 100-child node's decoding was making its links, of which a
+        point read uses one. Only a node of exactly the index node's fields is
+        read so (a tag can then only sit where a link belongs, and any
+        elsewhere fails its field's check); any other is resolved whole first,
+        so a stray tag is refused as :func:`~merkle.blocks.codec.decode_node`
+        refuses it.
+        """
+        if not isinstance(node, dict) or node.keys() != _FIELDS:
+            return cls.from_node(resolve_links(node), where)
+        return cls._read(node, where, deferred=True)
+
+    @classmethod
     def from_node(cls, node: Any, where: object = None) -> IndexNode:
+        return cls._read(node, where, deferred=False)
+
+    @classmethod
+    def _read(cls, node: Any, where: object, *, deferred: bool) -> IndexNode:
         node = check_node(node, INDEX, where=where)
         try:
             height = _count(node["height"], least=1)
@@ -157,19 +182,33 @@ class IndexNode:
             # asked for (see the class docstring).
             _counts(counts)
             _counts(sizes)
-            if not all(type(key) is bytes for key in keys) or not all(
-                type(key) is bytes for key in lasts
-            ):
+            if (keys and set(map(type, keys)) != {bytes}) or set(map(type, lasts)) != {bytes}:
                 raise TypeError("keys and last_keys must be byte strings")
-            if not all(type(link) is CID for link in links):
+            if {type(link) for link in links} != {CBORTag if deferred else CID}:
                 raise TypeError("child links must be CIDs")
             return cls._of_columns(height, (links, counts, sizes, firsts, lasts), tuple(keys))
         except (KeyError, TypeError, ValueError) as exc:
             raise IntegrityError(f"index node {where} is malformed: {exc}") from exc
 
 
-#: An index node's children as stored: links, counts, sizes, first keys, last keys.
-_IndexColumns = tuple[list[CID], list[int], list[int], list[bytes], list[bytes]]
+#: An index node's children as stored: links (CIDs, or tags of a deferred node: see
+#: :meth:`IndexNode.from_deferred`), counts, sizes, first keys, last keys.
+_IndexColumns = tuple[list[Any], list[int], list[int], list[bytes], list[bytes]]
+#: The fields of an index node.
+_FIELDS = frozenset(
+    (
+        "type",
+        "v",
+        "height",
+        "keys",
+        "children",
+        "counts",
+        "sizes",
+        "last_keys",
+        "first_key",
+        "last_key",
+    )
+)
 
 
 _SET_SLOTS = tuple(getattr(ChildRef, name).__set__ for name in ChildRef.__slots__)

@@ -20,10 +20,12 @@ import pyarrow as pa
 
 from merkle.blocks.cache import ByteLRU
 from merkle.blocks.cid import CID, RAW
+from merkle.blocks.codec import decode_node_deferred, resolve_links
 from merkle.blocks.store import BlockStore
+from merkle.errors import IntegrityError
 from merkle.storage.base import map_in_runs
 from merkle.tablets.keyindex import KeyIndex
-from merkle.tablets.nodes import BatchNode, IndexNode, TableRoot, TabletNode
+from merkle.tablets.nodes import INDEX, TABLET, BatchNode, IndexNode, TableRoot, TabletNode
 from merkle.tablets.segment import decode_segment, encode_segment
 from merkle.tablets.segschema import decode_segment_schema, schema_message_size
 
@@ -166,7 +168,43 @@ class TableStore:
         return self._parsed(cid, TableRoot.from_node, _PARSED_NODE)
 
     def index(self, cid: CID) -> IndexNode:
-        return self._parsed(cid, IndexNode.from_node, 16 << 10)
+        node = self._nodes.get((IndexNode.from_node, cid.bytes))
+        if node is None:
+            found = self.child(cid)
+            if not isinstance(found, IndexNode):
+                raise IntegrityError(f"node {cid} has type {TABLET!r}, expected {INDEX!r}")
+            node = found
+        return node
+
+    def child(self, cid: CID) -> TabletNode | IndexNode:
+        """The tablet or index node a link of the tree points to (parsed, cached).
+
+        An index node not yet decoded is decoded with its links deferred (see
+        :meth:`IndexNode.from_deferred`); a point read through a 100-child node
+        uses one of them.
+        """
+        for parse in (TabletNode.from_node, IndexNode.from_node):
+            parsed = self._nodes.get((parse, cid.bytes))
+            if parsed is not None:
+                return parsed  # type: ignore[no-any-return]
+        decoded = self.blocks.node_cache.get(cid.bytes)
+        deferred = decoded is None
+        if deferred:
+            decoded = decode_node_deferred(self.blocks.get(cid))
+        kind = decoded.get("type") if isinstance(decoded, dict) else None
+        if kind == INDEX:
+            index = (
+                IndexNode.from_deferred(decoded, cid)
+                if deferred
+                else IndexNode.from_node(decoded, cid)
+            )
+            self._nodes.put((IndexNode.from_node, cid.bytes), index, _INDEX_NODE)
+            return index
+        if kind == TABLET:
+            tablet = TabletNode.from_node(resolve_links(decoded) if deferred else decoded, cid)
+            self._nodes.put((TabletNode.from_node, cid.bytes), tablet, _PARSED_NODE)
+            return tablet
+        raise IntegrityError(f"block {cid} is a {kind!r} node, not a tablet or index node")
 
     def tablet(self, cid: CID) -> TabletNode:
         return self._parsed(cid, TabletNode.from_node, _PARSED_NODE)
@@ -387,6 +425,8 @@ def _reopen(blocks: BlockStore, cache_bytes: int, workers: int) -> TableStore:
 #: A parsed table root's or tablet node's weight in the node cache: ~2.3 KB measured for a
 #: tablet node of a few pages (its page list, keys and CIDs as Python objects).
 _PARSED_NODE = 2 << 10
+#: The cache weight of a parsed index node (up to a few hundred children's columns).
+_INDEX_NODE = 16 << 10
 
 #: What a decoded table holds besides its buffers, measured (RSS) with pyarrow 26: ~2.1 KB
 #: for two columns of one row, ~5.5 KB for six (the C++ table, schema, arrays and buffer

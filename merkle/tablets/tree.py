@@ -21,11 +21,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from merkle.blocks.cid import CID
-from merkle.errors import IntegrityError
 from merkle.tablets.batch import Overlay
 from merkle.tablets.keyindex import KeyIndex
 from merkle.tablets.leaves import Leaves, split_ranks
-from merkle.tablets.nodes import INDEX, TABLET, ChildRef, IndexNode
+from merkle.tablets.nodes import ChildRef, IndexNode
 from merkle.tablets.rows import SortedRows, cut_points, merge_changes
 from merkle.tablets.segment import project
 from merkle.tablets.spec import TableSpec
@@ -47,15 +46,10 @@ class LeafSlice:
 
 def node_ref(ts: TableStore, cid: CID) -> ChildRef:
     """The ChildRef of a stored tablet or index node."""
-    node = ts.blocks.get_node(cid)
-    kind = node.get("type") if isinstance(node, dict) else None
-    if kind == TABLET:
-        tablet = ts.tablet(cid)
-        return ChildRef(cid, 0, tablet.count, tablet.size, tablet.first_key, tablet.last_key)
-    if kind == INDEX:
-        index = ts.index(cid)
-        return ChildRef(cid, index.height, index.count, index.size, index.first_key, index.last_key)
-    raise IntegrityError(f"block {cid} is a {kind!r} node, not a tablet or index node")
+    node = ts.child(cid)
+    if isinstance(node, IndexNode):
+        return ChildRef(cid, node.height, node.count, node.size, node.first_key, node.last_key)
+    return ChildRef(cid, 0, node.count, node.size, node.first_key, node.last_key)
 
 
 @dataclass(frozen=True, slots=True)
