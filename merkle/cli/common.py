@@ -77,8 +77,13 @@ class MerkleGroup(click.Group):
         try:
             return super().invoke(ctx)
         except MerkleError as exc:
+            from merkle.cli.advice import for_cli
+
             # Notes say what else happened on the way out (a lock left held, say).
-            raise CliError(" ".join([str(exc), *getattr(exc, "__notes__", ())])) from None
+            text = " ".join([str(exc), *getattr(exc, "__notes__", ())])
+            state = ctx.find_object(CliState)
+            names = (state.db, state.table) if state is not None else (None, None)
+            raise CliError(for_cli(text, *names)) from None
 
 
 class CliState:
@@ -91,6 +96,10 @@ class CliState:
         self.lake = lake
         self.options: dict[str, Any] = {} if options is None else options
         self.conn: merkle.Connection | None = None
+        # The database and table the command works on, once known: they fill in the
+        # commands an error's advice names (``merkle.cli.advice``).
+        self.db: str | None = None
+        self.table: str | None = None
 
 
 def connection(ctx: click.Context | None = None, *, create: bool = False) -> merkle.Connection:
@@ -172,7 +181,14 @@ def open_db(name: str, version: int | None = None, at: datetime | None = None) -
     """Database ``name`` at the head, or at ``version`` / ``at`` (never both)."""
     if version is not None and at is not None:
         raise CliError("pass --version or --at, not both")
-    return connection().open_db(name, version=version, at=at)
+    conn = connection()
+    _state().db = name
+    return conn.open_db(name, version=version, at=at)
+
+
+def _state() -> CliState:
+    state = click.get_current_context().find_root().find_object(CliState)
+    return state if state is not None else CliState(None)
 
 
 def table_key(db: merkle.Database, table: str) -> tuple[list[str], str | None]:
@@ -180,6 +196,7 @@ def table_key(db: merkle.Database, table: str) -> tuple[list[str], str | None]:
 
     NotFoundError (exit 1) when the table does not exist, before any output.
     """
+    _state().table = table
     info = db.describe_table(table)
     key = info["key"]
     return ([key] if isinstance(key, str) else list(key)), info["key_codec"]

@@ -65,6 +65,22 @@ def _emit(summary: str, record: dict[str, Any], fmt: str | None) -> None:
         emit_record(record, fmt)
 
 
+def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A ``--keep-within`` / ``--grace`` duration that names no unit twice (``1h1h`` is
+    a typo, not 2h); the rest of its syntax is checked by ``merkle.gc``."""
+    if value is None:
+        return None
+    units = [ch for ch in value.lower() if ch in "wdhms"]
+    repeated = next((unit for unit in units if units.count(unit) > 1), None)
+    if repeated is not None:
+        raise CliError(
+            f"bad duration {value!r} for --{(param.name or '').replace('_', '-')}: it gives "
+            f"the unit {repeated!r} more than once; give each unit once, largest first "
+            "(e.g. 2h, 1h30m, 7d12h)"
+        )
+    return value
+
+
 def _gc_record(report: GCReport) -> dict[str, Any]:
     record: dict[str, Any] = {
         "dry_run": report.dry_run,
@@ -99,12 +115,14 @@ def _gc_record(report: GCReport) -> dict[str, Any]:
     "--keep-within",
     default=None,
     metavar="DURATION",
+    callback=_duration,
     help="Keep versions committed within DURATION (e.g. 7d, 12h, 1h30m).",
 )
 @click.option(
     "--grace",
     default=None,
     metavar="DURATION",
+    callback=_duration,
     help="Spare unreachable blocks younger than DURATION (default: the lake's, 1h).",
 )
 @click.option(

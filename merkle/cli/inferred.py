@@ -61,7 +61,7 @@ def check_inferred(
     """
     if source.fmt not in ("csv", "jsonl"):
         return  # a Parquet file's types are its own, not inferred
-    given = {**options.column_types, **options.key_types}
+    given = {**options.column_types, **options.key_types, **options.rendered}
     suspects = []
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
         if name in given:
@@ -91,9 +91,7 @@ def _binary_message(source: Source, name: str, column: pa.Array, first_row: int)
     for i, value in enumerate(column.to_pylist()):
         problem = not_utf8(value) if isinstance(value, bytes) else None
         if problem is not None:
-            row = first_row + i
-            line = f", line {row + 1}" if source.fmt == "csv" else ""
-            where = f" (row {row}{line}: {problem})"
+            where = f" (row {first_row + i}: {problem})"
             break
     return (
         f"cannot read {source.name} as {source.fmt}: column {name!r} is not UTF-8 text{where}; "

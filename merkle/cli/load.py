@@ -8,7 +8,11 @@ stdin. When the table's key codec is known (an existing table, or
 ``--key-codec``), the key column is read as that codec's Arrow type, so
 "007" stays a string key in a ``str`` table. A key that occurs twice in one
 load is an error unless ``--on-duplicate first|last`` says which row wins
-(then the rows dropped are counted in the summary line).
+(then the rows dropped are counted in the summary line). Values JSON has no
+type for, written by ``merkle scan`` as text (hex bytes, ISO-8601 times,
+durations, ``"NaN"``), are read back by the type the table (or
+``--column-types``) gives their field (``merkle.cli.rendered``), so that an
+export loads back as the records it came from.
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ from typing import Any
 import click
 import pyarrow as pa
 
+from merkle.cli.advice import for_cli
 from merkle.cli.common import CliError, commit_options, open_db, say, table_key
 from merkle.cli.inferred import check_inferred
+from merkle.cli.readerrors import bad_value, read_error
+from merkle.cli.rendered import BadValueError, is_binary, needs_converting
 from merkle.cli.sources import (
     INPUT_FORMATS,
     ReadOptions,
@@ -31,7 +38,6 @@ from merkle.cli.sources import (
     check_content,
     detect_format,
     key_values,
-    locate_csv_error,
     parse_types,
     peek_types,
     read_batches,
@@ -61,12 +67,14 @@ def _key_types(spec: str | None, key_fields: list[str]) -> dict[str, pa.DataType
     }
 
 
-def _schema_types(schema: pa.Schema | None, csv: bool) -> dict[str, pa.DataType]:
-    """The table's field types that the readers parse directly (numbers, strings, dates;
-    for CSV also binary, whose cells are stored as the bytes they are, as with
-    ``--column-types name:binary``: read as text, a binary field refused them all)."""
+def _schema_types(
+    schema: pa.Schema | None, fmt: str
+) -> tuple[dict[str, pa.DataType], dict[str, pa.DataType]]:
+    """The table's field types that the reader of ``fmt`` parses directly (numbers, strings,
+    dates, ...), and those of the fields read as the text ``merkle scan`` writes for them
+    and converted (``merkle.cli.rendered``: bytes as hex, durations, ...; not Parquet's)."""
     if schema is None:
-        return {}
+        return {}, {}
     plain = (
         pa.types.is_integer,
         pa.types.is_floating,
@@ -75,11 +83,17 @@ def _schema_types(schema: pa.Schema | None, csv: bool) -> dict[str, pa.DataType]
         pa.types.is_large_string,
         pa.types.is_boolean,
         pa.types.is_date,
-        *((pa.types.is_binary, pa.types.is_large_binary) if csv else ()),
     )
-    return {
-        f.name: f.type for f in schema if any(check(f.type) for check in plain) and not is_free(f)
-    }
+    direct: dict[str, pa.DataType] = {}
+    rendered: dict[str, pa.DataType] = {}
+    for f in schema:
+        if is_free(f):
+            continue
+        if fmt != "parquet" and needs_converting(f.type, fmt):
+            rendered[f.name] = f.type
+        elif any(check(f.type) for check in plain):
+            direct[f.name] = f.type
+    return direct, rendered
 
 
 class _Duplicates:
@@ -96,8 +110,6 @@ class _Duplicates:
         keys = key_values(batch, self.key_fields)
         keep = []
         for i, value in enumerate(keys):
-            if isinstance(value, str) and not value:
-                raise CliError(f"{path}: row {first_row + i}: the key {self._label()} is empty")
             parts = value if isinstance(value, tuple) else (value,)
             if any(isinstance(part, dict | list) for part in parts):
                 kind = "an object" if any(isinstance(p, dict) for p in parts) else "an array"
@@ -300,11 +312,14 @@ def load(
                         database = database.write(table, kept)
                     read += batch.num_rows
                     progress.advance(batch.num_rows, before + source.consumed(read))
+            except BadValueError as exc:
+                raise CliError(bad_value(source, exc, read)) from None
             except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-                raise CliError(_read_error(source, options, schema, read, exc)) from None
+                raise CliError(read_error(source, options, schema, read, exc)) from None
             except MerkleError as exc:
+                advice = for_cli(str(exc), db, table)
                 raise CliError(
-                    f"{source.path}, rows {read + 1}-{read + batch.num_rows}: {exc}"
+                    f"{source.path}, rows {read + 1}-{read + batch.num_rows}: {advice}"
                 ) from None
             if schema is None and source.schema is not None and source.schema.names:
                 _check_columns(source.schema, source.path, key_fields)  # a header, no rows
@@ -345,9 +360,28 @@ def _read_options(
     may be binary (the table's binary fields, and those declared binary)."""
     key_fields, spec = table_key(database, table)
     table_schema = database.describe_table(table)["schema"]
-    types = {**_schema_types(table_schema, source.fmt == "csv"), **declared}
-    options = ReadOptions(tuple(key_fields), _key_types(spec, key_fields), types, delimiter, nulls)
-    unknown = [name for name in key_fields if name not in options.key_types]
+    direct, rendered = _schema_types(table_schema, source.fmt)
+    key_types = _key_types(spec, key_fields)
+    if source.fmt != "parquet":  # a key is written as on the command line: bytes as hex
+        keyed = {n: k for n, k in key_types.items() if needs_converting(k, source.fmt)}
+        rendered = {**keyed, **rendered}
+    # A type --column-types gives wins; its values are read as the table's are, but for
+    # binary: the cells' bytes as they are (the way to store text that is not UTF-8).
+    given = {
+        name: kind
+        for name, kind in declared.items()
+        if source.fmt != "parquet" and needs_converting(kind, source.fmt) and not is_binary(kind)
+    }
+    rendered = {n: k for n, k in rendered.items() if n not in declared} | given
+    options = ReadOptions(
+        tuple(key_fields),
+        {n: k for n, k in key_types.items() if n not in rendered},
+        {**direct, **{n: k for n, k in declared.items() if n not in given}},
+        delimiter,
+        nulls,
+        rendered,
+    )
+    unknown = [n for n in key_fields if n not in options.key_types and n not in rendered]
     if unknown and nulls != ("",):
         # A new key: learn its type without null values, so they never touch it.
         learned = peek_types(source, options, unknown)
@@ -371,33 +405,6 @@ def _check_columns(schema: pa.Schema, path: str, key_fields: list[str]) -> None:
             raise CliError(f"{path} has no column {name!r}, a key field (columns: {names})")
 
 
-def _read_error(
-    source: Source,
-    options: ReadOptions,
-    schema: pa.Schema | None,
-    read: int,
-    exc: BaseException,
-) -> str:
-    """The one line saying why ``source`` could not be read (the row, where it is found)."""
-    head = f"cannot read {source.name} as {source.fmt}: "
-    if isinstance(exc, UnicodeDecodeError):
-        return head + (
-            f"a column name is not UTF-8 (byte 0x{exc.object[exc.start]:02x}); "
-            "re-encode the file as UTF-8 (a Latin-1 file: iconv -f latin1 -t utf-8)"
-        )
-    if source.compressed and isinstance(exc, OSError):
-        codec = source.path.rsplit(".", 1)[-1]
-        return head + (
-            f"its compressed data is truncated or corrupt ({_short(exc)}, after row {read}); "
-            f"compress or download the .{codec} file again"
-        )
-    expected = {**options.column_types, **options.key_types}
-    if schema is not None:
-        expected = {**{f.name: f.type for f in schema}, **expected}
-    where = locate_csv_error(source, options, expected)
-    return head + (where if where else f"{_short(exc)} (after row {read})")
-
-
 def _show(fields: list[str]) -> str:
     return repr(fields[0]) if len(fields) == 1 else repr(fields)
 
@@ -405,10 +412,3 @@ def _show(fields: list[str]) -> str:
 def _shown(value: Any) -> str:
     text = json.dumps(value, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _short(exc: BaseException) -> str:
-    """An Arrow error on one printable line, without the bytes it quotes."""
-    text = " ".join(str(exc).split())
-    text = "".join(ch if ch.isprintable() else "?" for ch in text)
-    return text if len(text) <= 200 else text[:197] + "..."

@@ -136,9 +136,10 @@ def check_content(path: str, fmt: str) -> None:
         except UnicodeDecodeError as exc:
             # A character cut by the end of the window is not an error; the end of the file is.
             if complete or exc.start < len(head) - 4:
-                line = head.count(b"\n", 0, exc.start) + 1
+                lines = head[: exc.start].split(b"\n")
+                row = sum(1 for line in lines[:-1] if line.strip()) + 1  # blank lines are no row
                 raise CliError(
-                    f"{path} is not UTF-8 text, as JSON Lines must be: line {line} holds byte "
+                    f"{path} is not UTF-8 text, as JSON Lines must be: row {row} holds byte "
                     f"0x{head[exc.start]:02x}; re-encode the file as UTF-8 "
                     "(a Latin-1 file: iconv -f latin1 -t utf-8)"
                 ) from None
@@ -194,6 +195,14 @@ class ReadOptions:
     column_types: Mapping[str, pa.DataType] = field(default_factory=dict)
     delimiter: str | None = None  # None: tab for .tsv files, else a comma
     null_values: tuple[str, ...] = ("",)
+    #: Fields read as the text ``merkle scan`` writes and converted to these types
+    #: (``merkle.cli.rendered``): hex bytes, durations, a CSV cell's JSON, ...
+    rendered: Mapping[str, pa.DataType] = field(default_factory=dict)
+
+    def reader_types(self) -> dict[str, pa.DataType]:
+        """The types the reader gives columns: a rendered field is read as text."""
+        types = {**self.column_types, **self.key_types}
+        return {**types, **dict.fromkeys(self.rendered, pa.string())}
 
 
 class _StdinReader:
@@ -225,7 +234,7 @@ class _StdinReader:
         self.closed = True
 
 
-class _Input:
+class Input:
     """One opened text input: the stream the readers read, and how far they got.
 
     A file is opened as an Arrow native file, never through a Python file
@@ -276,7 +285,7 @@ class Source:
     path: str
     fmt: str
     size: int
-    counter: _Input | None = None
+    counter: Input | None = None
     parquet: pq.ParquetFile | None = None
     #: The columns of the file as its reader sees them (set once it is open).
     schema: pa.Schema | None = None
@@ -307,7 +316,7 @@ def head_bytes(source: Source) -> bytes:
             return b""
         data, whole = bytes(kept.head), kept.eof and len(kept.head) < 2 * BLOCK_SIZE
     else:
-        opened = _Input(source.path)
+        opened = Input(source.path)
         out = bytearray()
         whole = False
         try:
@@ -327,7 +336,7 @@ def head_bytes(source: Source) -> bytes:
     return data
 
 
-def _csv_reader(
+def csv_reader(
     stream: Any, options: ReadOptions, types: Mapping[str, pa.DataType], path: str
 ) -> Any:
     convert = pacsv.ConvertOptions(
@@ -393,6 +402,26 @@ def _empty_cells_only(options: ReadOptions) -> bool:
     return options.null_values == ("",)
 
 
+def _converted(batch: pa.RecordBatch, options: ReadOptions) -> pa.RecordBatch:
+    """``batch`` with its rendered columns (read as CSV text) converted to their types."""
+    if not options.rendered:
+        return batch
+    from merkle.cli.rendered import BadValueError, typed_column
+
+    arrays = []
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        if name in options.rendered:
+            try:
+                column = typed_column(column, options.rendered[name], cells=True)
+            except BadValueError as exc:
+                exc.field = name
+                if exc.row is not None and set(options.key_fields) <= set(batch.schema.names):
+                    exc.key = key_values(batch.slice(exc.row, 1), options.key_fields)[0]
+                raise
+        arrays.append(column)
+    return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+
 def read_batches(source: Source, options: ReadOptions) -> Iterator[pa.RecordBatch]:
     """The record batches of one file (the caller checked its content first)."""
     types = {**options.column_types, **options.key_types}
@@ -408,15 +437,24 @@ def read_batches(source: Source, options: ReadOptions) -> Iterator[pa.RecordBatc
         finally:
             source.parquet.close()
         return
-    source.counter = opened = _Input(source.path)
+    source.counter = opened = Input(source.path)
     stream = opened.stream
     reader: Any = None
     try:
         if source.fmt == "csv":
-            reader = _csv_reader(stream, options, types, source.path)
+            reader = csv_reader(stream, options, options.reader_types(), source.path)
             source.schema = reader.schema
             for batch in reader:
-                yield _nulls_in_strings(batch, options)
+                yield _converted(_nulls_in_strings(batch, options), options)
+        elif options.rendered:
+            from merkle.cli.typedjson import read_typed_json
+
+            plain = {n: k for n, k in types.items() if n not in options.rendered}
+            typed = read_typed_json(stream, BLOCK_SIZE, plain, options.rendered, options.key_fields)
+            for batch in typed:
+                if source.schema is None:
+                    source.schema = batch.schema
+                yield batch
         else:
             parse = pajson.ParseOptions(
                 explicit_schema=pa.schema(list(types.items())) if types else None,
@@ -444,9 +482,9 @@ def peek_types(
     if source.fmt != "csv" or source.path == "-":
         return {}
     plain = ReadOptions(options.key_fields, {}, options.column_types, options.delimiter, ("",))
-    opened = _Input(source.path)
+    opened = Input(source.path)
     try:
-        reader = _csv_reader(opened.stream, plain, dict(options.column_types), source.path)
+        reader = csv_reader(opened.stream, plain, dict(options.column_types), source.path)
         try:
             schema = reader.schema
         finally:
@@ -530,68 +568,6 @@ def _casts(column: pa.Array, target: pa.DataType) -> str | None:
 def _casts_at_all(source: pa.DataType, target: pa.DataType) -> bool:
     """Whether Arrow has a cast from ``source`` to ``target`` (an empty array casts)."""
     return _casts(pa.array([], source), target) is None
-
-
-def locate_csv_error(
-    source: Source, options: ReadOptions, expected: Mapping[str, pa.DataType]
-) -> str | None:
-    """Where a CSV value fails to convert: ``row N, column C: value V is not T`` (or None).
-
-    The file is read again with every column as bytes and each value
-    converted to the type the reader chose for its column; the first value
-    that fails (text that is not UTF-8 included) is named. Only a plain file
-    is read again: stdin cannot be, and a compressed file that failed would
-    most likely fail the same way again.
-    """
-    if source.fmt != "csv" or source.path == "-" or source.compressed:
-        return None
-    as_bytes = ReadOptions(
-        options.key_fields, {}, {n: pa.binary() for n in expected}, options.delimiter, ()
-    )
-    opened = _Input(source.path)
-    nulls = pa.array([v.encode() for v in options.null_values], pa.binary())
-    row = 0
-    try:
-        reader = _csv_reader(opened.stream, as_bytes, as_bytes.column_types, source.path)
-        try:
-            for batch in reader:
-                for name, target in expected.items():
-                    if name not in batch.schema.names:
-                        continue
-                    column = batch.column(name)
-                    column = pc.if_else(pc.is_in(column, value_set=nulls), None, column)
-                    for i, value in enumerate(column.to_pylist()):
-                        problem = None if value is None else _unconvertible(value, target)
-                        if problem is not None:
-                            where = f"row {row + i + 1} (line {row + i + 2}), column {name!r}"
-                            return f"{where}: {problem}"
-                row += batch.num_rows
-        finally:
-            reader.close()
-    except (pa.ArrowException, OSError, ValueError):
-        return None
-    finally:
-        opened.close()
-    return None
-
-
-def _unconvertible(value: bytes, target: pa.DataType) -> str | None:
-    """Why the CSV cell ``value`` is not a ``target`` (None when it is one)."""
-    if pa.types.is_binary(target) or pa.types.is_large_binary(target):
-        return None
-    try:
-        text = value.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return (
-            f"byte 0x{value[exc.start]:02x} at offset {exc.start} of {value!r} is not UTF-8: "
-            "re-encode the file as UTF-8 (a Latin-1 file: iconv -f latin1 -t utf-8), or "
-            f"declare the column binary"
-        )
-    try:
-        pa.array([text]).cast(target)
-    except (pa.ArrowException, ValueError):
-        return f"{text!r} is not {target}"
-    return None
 
 
 def key_values(batch: pa.RecordBatch, key_fields: Sequence[str]) -> list[Any]:

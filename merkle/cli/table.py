@@ -203,7 +203,7 @@ def split_names(values: tuple[str, ...], option: str) -> list[str]:
     """Field names given as ``a,b`` or by repeating the option."""
     names = [n.strip() for text in values for n in text.split(",")]
     if not names or not all(names):
-        raise click.BadParameter(f"{','.join(values)!r} has an empty field name", param_hint=option)
+        raise CliError(f"{option} {','.join(values)!r} has an empty field name")
     return names
 
 
@@ -236,7 +236,7 @@ def alter(
     for text in rename:
         old, sep, new = text.partition("=")
         if not sep or not old.strip() or not new.strip():
-            raise click.BadParameter(f"{text!r} is not OLD=NEW", param_hint="'--rename'")
+            raise CliError(f"--rename {text!r} is not OLD=NEW (for example --rename qty=quantity)")
         _once(renames, old.strip(), "--rename")
         if new.strip() in renames.values():
             raise CliError(f"--rename gives the new name {new.strip()!r} more than once")

@@ -179,7 +179,7 @@ def test_an_empty_file_commits_nothing(
         ({"a.csv": "id\n1\n"}, (), "table 'people' does not exist in database 'shop': pass --key"),
         ({"a.txt": "id\n1\n"}, ("--key", "id"), "cannot tell the format of"),
         ({"a.json": "[]"}, ("--key", "id"), "pass --format csv, jsonl or parquet"),
-        ({"a.csv": "id,x\n1,2\n3\n"}, ("--key", "id"), "as csv: CSV parse error"),
+        ({"a.csv": "id,x\n1,2\n3\n"}, ("--key", "id"), "as csv: row 2: CSV parse error"),
         ({"a.jsonl": '{"id": 1}\n{"id": \n'}, ("--key", "id"), "as jsonl"),
         ({"a.parquet": "not parquet"}, ("--key", "id"), "as parquet"),
         ({"a.csv": "x\n1\n"}, ("--key", "id"), "has no column 'id'"),

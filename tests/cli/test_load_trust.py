@@ -89,7 +89,7 @@ def test_a_type_change_after_the_first_block_names_the_row_and_column(
     path.write_text("\n".join(lines) + "\n")
     error = run.fails("load", "shop", "t", str(path), "--key", "id")
     assert "late.csv" in error
-    assert "row 2001 (line 2002), column 'v': 'oops' is not int64" in error
+    assert "row 2001, field 'v': value 'oops' is not int64: write a whole number" in error
 
 
 def test_duplicate_keys_are_an_error_or_counted(

@@ -1,0 +1,206 @@
+"""Why ``merkle load`` could not read a file, in one line naming where.
+
+Rows are counted one way in every message: ``row N`` is the N-th record of
+the file, counting from 1 (a CSV header is not a row; without line breaks
+inside cells, row N of a CSV file is its line N + 1). pyarrow's own messages
+count rows from 0 within the block being read (``in row 0``); they are
+restated here in that count, or, where the row cannot be found, say after
+which row the block began.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+
+from merkle.cli.rendered import BadValueError, example
+from merkle.cli.sources import Input, ReadOptions, Source, csv_parse_options, csv_reader
+
+__all__ = ["bad_value", "read_error"]
+
+#: pyarrow's row, counted from 0 in the block, at the end of its JSON errors.
+_IN_ROW = re.compile(r"\s+in row (\d+)$")
+#: pyarrow's JSON error for a column whose values (or a part of them) change kind.
+_CHANGED = re.compile(r"Column\(/([^/()]+)[^()]*\) changed from \w+ to \w+")
+
+
+def where(read: int) -> str:
+    """Where a block that failed began, in the count of rows (see the module doc)."""
+    return f"after row {read}" if read else "in the first rows"
+
+
+def read_error(
+    source: Source,
+    options: ReadOptions,
+    schema: pa.Schema | None,
+    read: int,
+    exc: BaseException,
+) -> str:
+    """The one line saying why ``source`` could not be read (the row, where it is found).
+    ``read``: the rows of the file read before the block that failed."""
+    head = f"cannot read {source.name} as {source.fmt}: "
+    if isinstance(exc, UnicodeDecodeError):
+        return head + (
+            f"a column name is not UTF-8 (byte 0x{exc.object[exc.start]:02x}); "
+            "re-encode the file as UTF-8 (a Latin-1 file: iconv -f latin1 -t utf-8)"
+        )
+    if source.compressed and isinstance(exc, OSError):
+        codec = source.path.rsplit(".", 1)[-1]
+        return head + (
+            f"its compressed data is truncated or corrupt ({short(exc)}, {where(read)}); "
+            f"compress or download the .{codec} file again"
+        )
+    expected = options.reader_types()
+    if schema is not None:
+        expected = {**{f.name: f.type for f in schema}, **expected}
+    found = locate_csv_error(source, options, expected) or _locate_csv_row(source, options)
+    if found:
+        return head + found
+    text = short(exc)
+    in_row = _IN_ROW.search(text)
+    if in_row is None:
+        return head + f"{text} ({where(read)})"
+    said = f"row {read + int(in_row.group(1)) + 1}: {text[: in_row.start()]}"
+    changed = _CHANGED.search(said)
+    if changed is not None:  # a column inferred from its first values, then another kind
+        name = changed.group(1)
+        said += (
+            f"; give column {name!r} one type: --column-types {name}:TYPE (such as "
+            f'{name}:float64 for numbers written with "NaN", or {name}:string)'
+        )
+    return head + said
+
+
+def bad_value(source: Source, exc: BadValueError, read: int) -> str:
+    """The one line of a value that does not convert to its field's type."""
+    head = f"cannot read {source.name} as {source.fmt}: "
+    row = "" if exc.row is None else f"row {read + exc.row + 1}, "
+    field = f"field {exc.field!r}, " if exc.field else ""
+    key = "" if exc.key is None else f"key {_shown(exc.key)}, "
+    place = (row + field + key).removesuffix(", ")
+    return head + f"{place}: value {_shown(exc.value)} {exc.reason}"
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def short(exc: BaseException) -> str:
+    """An Arrow error on one printable line, without the bytes it quotes."""
+    text = " ".join(str(exc).split())
+    text = "".join(ch if ch.isprintable() else "?" for ch in text)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _rereadable(source: Source) -> bool:
+    """Whether ``source`` can be read again to find a row: a plain CSV file (stdin cannot
+    be, and a compressed file that failed would most likely fail the same way again)."""
+    return source.fmt == "csv" and source.path != "-" and not source.compressed
+
+
+def _locate_csv_row(source: Source, options: ReadOptions) -> str | None:
+    """The first row of a CSV file with the wrong number of cells, in pyarrow's words
+    (``row 3: CSV parse error: expected 2 columns, got 3: 2,3,4``), or None."""
+    if not _rereadable(source):
+        return None
+    found: list[Any] = []  # the first invalid row (pyarrow's InvalidRow)
+
+    def note(row: Any) -> str:
+        found.append(row)
+        return "skip"
+
+    parse = csv_parse_options(options, source.path)
+    parse.invalid_row_handler = note
+    opened = Input(source.path)
+    try:
+        reader = pacsv.open_csv(
+            opened.stream,
+            read_options=pacsv.ReadOptions(use_threads=False),
+            parse_options=parse,
+            convert_options=pacsv.ConvertOptions(
+                column_types=dict.fromkeys(options.reader_types(), pa.binary())
+            ),
+        )
+        try:
+            for _ in reader:
+                if found:
+                    break
+        finally:
+            reader.close()
+    except (pa.ArrowException, OSError, ValueError):
+        pass
+    finally:
+        opened.close()
+    if not found or found[0].number is None:
+        return None
+    row = found[0]
+    return (  # the header is pyarrow's row 1
+        f"row {row.number - 1}: CSV parse error: expected {row.expected_columns} columns, "
+        f"got {row.actual_columns}: {row.text}"
+    )
+
+
+def locate_csv_error(
+    source: Source, options: ReadOptions, expected: Mapping[str, pa.DataType]
+) -> str | None:
+    """Where a CSV value fails to convert: ``row N, column C: 'V' is not T: write ...``
+    (or None).
+
+    The file is read again with every column as bytes and each value
+    converted to the type the reader chose for its column; the first value
+    that fails (text that is not UTF-8 included) is named.
+    """
+    if not _rereadable(source):
+        return None
+    as_bytes = ReadOptions(
+        options.key_fields, {}, {n: pa.binary() for n in expected}, options.delimiter, ()
+    )
+    opened = Input(source.path)
+    nulls = pa.array([v.encode() for v in options.null_values], pa.binary())
+    row = 0
+    try:
+        reader = csv_reader(opened.stream, as_bytes, as_bytes.column_types, source.path)
+        try:
+            for batch in reader:
+                for name, target in expected.items():
+                    if name not in batch.schema.names:
+                        continue
+                    column = batch.column(name)
+                    column = pc.if_else(pc.is_in(column, value_set=nulls), None, column)
+                    for i, value in enumerate(column.to_pylist()):
+                        problem = None if value is None else _unconvertible(value, target, name)
+                        if problem is not None:
+                            return f"row {row + i + 1}, field {name!r}: {problem}"
+                row += batch.num_rows
+        finally:
+            reader.close()
+    except (pa.ArrowException, OSError, ValueError):
+        return None
+    finally:
+        opened.close()
+    return None
+
+
+def _unconvertible(value: bytes, target: pa.DataType, name: str) -> str | None:
+    """Why the CSV cell ``value`` of column ``name`` is not a ``target`` (None when it is)."""
+    if pa.types.is_binary(target) or pa.types.is_large_binary(target):
+        return None
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return (
+            f"byte 0x{value[exc.start]:02x} at offset {exc.start} of {value!r} is not UTF-8: "
+            "re-encode the file as UTF-8 (a Latin-1 file: iconv -f latin1 -t utf-8), or "
+            f"pass --column-types {name}:binary to store the cells' bytes as they are"
+        )
+    try:
+        pa.array([text]).cast(target)
+    except (pa.ArrowException, ValueError):
+        return f"value {text!r} is not {target}: write {example(target)}"
+    return None

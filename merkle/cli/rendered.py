@@ -1,0 +1,319 @@
+"""Values as ``merkle scan`` writes them, read back by the type of the field they go to.
+
+``merkle.cli.output`` renders what JSON has no type for as text: bytes as
+lowercase hex, dates, times and timestamps as ISO-8601, durations as Python
+writes a ``timedelta`` (``1 day, 0:00:05``), decimals as their digits, NaN and
+the infinities as ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; a CSV cell of a
+list, struct or map holds its compact JSON. Read without the table's types,
+that text would be stored as strings (or refused by pyarrow). Here each value
+is read back by its field's Arrow type, the inverse of the rendering, so that
+``merkle load`` of a table's own export gives back the records it holds.
+
+A value that does not convert raises :class:`BadValueError`, which says what the
+field's values must look like.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+from merkle.errors import UsageError
+
+__all__ = [
+    "BadValueError",
+    "example",
+    "from_rendered",
+    "is_binary",
+    "needs_converting",
+    "typed_array",
+    "typed_column",
+]
+
+#: What the output writes for a float that JSON cannot hold.
+_SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+#: Bytes as the output writes them (lowercase hex), ``0x`` optional as for keys.
+_HEX = re.compile(r"(?:0[xX])?((?:[0-9a-fA-F]{2})*)")
+#: What a time unit coarser than Python's microseconds holds.
+_UNITS = {"s": " (whole seconds)", "ms": " (whole milliseconds)"}
+#: ``str(timedelta)``: ``0:00:05``, ``1 day, 0:00:05.000003``, ``-2 days, 23:00:00``.
+_DURATION = re.compile(r"(?:(-?\d+) days?, )?(\d+):([0-5]\d):([0-5]\d)(?:\.(\d{6}))?")
+
+
+class BadValueError(UsageError):
+    """A value that is not one of its field's type: ``row`` (0-based in its batch, None
+    when not known), the field, the value as written, and what it should look like."""
+
+    def __init__(self, reason: str, value: Any = None, row: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.value = value
+        self.row = row
+        self.field: str | None = None
+        self.key: Any = None  # the record's key, as read (None: not known)
+
+
+def is_binary(kind: pa.DataType) -> bool:
+    """Whether ``kind`` holds bytes: binary, large_binary or fixed_size_binary."""
+    checks = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_fixed_size_binary)
+    return any(check(kind) for check in checks)
+
+
+def _is_list(kind: pa.DataType) -> bool:
+    checks = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    return any(check(kind) for check in checks)
+
+
+def needs_converting(kind: pa.DataType, fmt: str) -> bool:
+    """Whether values of a field of ``kind``, as the output writes them in ``fmt`` (csv or
+    jsonl), are not read as ``kind`` by pyarrow's reader of that format."""
+    if pa.types.is_dictionary(kind):
+        return needs_converting(kind.value_type, fmt)
+    plain = (
+        pa.types.is_integer(kind)
+        or pa.types.is_string(kind)
+        or pa.types.is_large_string(kind)
+        or pa.types.is_boolean(kind)
+        or pa.types.is_null(kind)
+    )
+    if fmt == "csv":  # the CSV reader parses these from the text the output writes
+        plain = plain or pa.types.is_decimal(kind) or pa.types.is_date(kind)
+        plain = plain or (pa.types.is_floating(kind) and not pa.types.is_float16(kind))
+    return not plain
+
+
+def example(kind: pa.DataType) -> str:
+    """How a value of ``kind`` is written, as ``merkle scan`` writes one."""
+    if pa.types.is_dictionary(kind):
+        return example(kind.value_type)
+    if pa.types.is_fixed_size_binary(kind):
+        return f"{kind.byte_width} bytes in hexadecimal, such as {'00' * kind.byte_width}"
+    if is_binary(kind):
+        return "hexadecimal bytes such as 00ff (0x optional)"
+    if pa.types.is_floating(kind):
+        return 'a number, or "NaN", "Infinity" or "-Infinity"'
+    if pa.types.is_decimal(kind):
+        return f"a decimal number with at most {kind.scale} digits after the point"
+    if pa.types.is_date(kind):
+        return "an ISO-8601 date such as 2026-01-31"
+    unit = _UNITS.get(getattr(kind, "unit", ""), "")
+    if pa.types.is_time(kind):
+        return f"an ISO-8601 time of day such as 12:30:00{unit}"
+    if pa.types.is_timestamp(kind):
+        zone = "2026-01-31T12:00:00+00:00" if kind.tz else "2026-01-31T12:00:00"
+        return f"an ISO-8601 time such as {zone}{unit}"
+    if pa.types.is_duration(kind):
+        return f"a duration as merkle scan writes one, such as 0:30:00 or 2 days, 1:00:00{unit}"
+    if pa.types.is_nested(kind):
+        return "JSON as merkle scan writes it"
+    if pa.types.is_boolean(kind):
+        return "true or false"
+    if pa.types.is_integer(kind):
+        return "a whole number"
+    return "text"
+
+
+def _fail(kind: pa.DataType, value: Any) -> BadValueError:
+    return BadValueError(f"is not {kind}: write {example(kind)}", value)
+
+
+def _text(value: Any, kind: pa.DataType) -> str:
+    if not isinstance(value, str):
+        raise _fail(kind, value)
+    return value
+
+
+def _from_hex(value: Any, kind: pa.DataType) -> bytes:
+    match = _HEX.fullmatch(_text(value, kind))
+    if match is None:
+        raise _fail(kind, value)
+    return bytes.fromhex(match.group(1))
+
+
+def _from_float(value: Any, kind: pa.DataType) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and value in _SPECIAL_FLOATS:
+        return _SPECIAL_FLOATS[value]
+    try:  # a CSV cell of a float16 field, or a number written as text
+        return float(_text(value, kind))
+    except ValueError:
+        raise _fail(kind, value) from None
+
+
+def _from_decimal(value: Any, kind: pa.DataType) -> decimal.Decimal:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        value = repr(value)
+    try:
+        number = decimal.Decimal(_text(value, kind).strip())
+    except decimal.InvalidOperation:
+        raise _fail(kind, value) from None
+    if not number.is_finite():
+        raise _fail(kind, value)
+    return number
+
+
+def _from_duration(value: Any, kind: pa.DataType) -> datetime.timedelta:
+    match = _DURATION.fullmatch(_text(value, kind).strip())
+    if match is None:
+        raise _fail(kind, value)
+    days, hours, minutes, seconds, micros = match.groups()
+    return datetime.timedelta(
+        days=int(days or 0),
+        hours=int(hours),
+        minutes=int(minutes),
+        seconds=int(seconds),
+        microseconds=int(micros or 0),
+    )
+
+
+def _from_iso(parse: Callable[[str], Any]) -> Callable[[Any, pa.DataType], Any]:
+    def convert(value: Any, kind: pa.DataType) -> Any:
+        try:
+            return parse(_text(value, kind).strip())
+        except ValueError:
+            raise _fail(kind, value) from None
+
+    return convert
+
+
+def _scalar(kind: pa.DataType) -> Callable[[Any, pa.DataType], Any] | None:
+    """The converter of a value of a scalar ``kind`` (None: the value is taken as it is)."""
+    checks: list[tuple[Callable[[pa.DataType], bool], Callable[[Any, pa.DataType], Any]]] = [
+        (is_binary, _from_hex),
+        (pa.types.is_floating, _from_float),
+        (pa.types.is_decimal, _from_decimal),
+        (pa.types.is_duration, _from_duration),
+        (pa.types.is_date, _from_iso(datetime.date.fromisoformat)),
+        (pa.types.is_time, _from_iso(datetime.time.fromisoformat)),
+        (pa.types.is_timestamp, _from_iso(datetime.datetime.fromisoformat)),
+    ]
+    return next((convert for check, convert in checks if check(kind)), None)
+
+
+def from_rendered(value: Any, kind: pa.DataType) -> Any:
+    """The value of a field of ``kind`` that ``value`` (decoded JSON, or a CSV cell's text)
+    stands for: the inverse of ``merkle.cli.output.jsonable``. BadValueError if it is none."""
+    if value is None:
+        return None
+    if pa.types.is_dictionary(kind):
+        return from_rendered(value, kind.value_type)
+    if _is_list(kind):
+        if not isinstance(value, list):
+            raise _fail(kind, value)
+        return [from_rendered(item, kind.value_type) for item in value]
+    if pa.types.is_struct(kind):
+        if not isinstance(value, dict):
+            raise _fail(kind, value)
+        names = {kind.field(i).name: kind.field(i).type for i in range(kind.num_fields)}
+        extra = [name for name in value if name not in names]
+        if extra:
+            raise BadValueError(f"has member {extra[0]!r}, which {kind} does not", value)
+        return {name: from_rendered(value.get(name), member) for name, member in names.items()}
+    if pa.types.is_map(kind):
+        return _from_map(value, kind)
+    convert = _scalar(kind)
+    if convert is not None:
+        return convert(value, kind)
+    if isinstance(value, bool) != pa.types.is_boolean(kind) and not pa.types.is_null(kind):
+        raise _fail(kind, value)
+    return value
+
+
+def _from_map(value: Any, kind: pa.DataType) -> list[tuple[Any, Any]]:
+    """A map as the output writes one: a list of ``[key, value]`` pairs, or an object
+    keyed by each key's text."""
+    if isinstance(value, dict):
+        return [
+            (_map_key(key, kind.key_type), from_rendered(item, kind.item_type))
+            for key, item in value.items()
+        ]
+    if not isinstance(value, list) or not all(
+        isinstance(pair, list) and len(pair) == 2 for pair in value
+    ):
+        raise _fail(kind, value)
+    return [
+        (from_rendered(key, kind.key_type), from_rendered(item, kind.item_type))
+        for key, item in value
+    ]
+
+
+def _map_key(text: str, kind: pa.DataType) -> Any:
+    """A map key from the text an object shows it by (a number's or bool's JSON)."""
+    if _scalar(kind) is not None or not (pa.types.is_integer(kind) or pa.types.is_boolean(kind)):
+        return from_rendered(text, kind)
+    try:
+        return from_rendered(json.loads(text), kind)
+    except ValueError:
+        raise _fail(kind, text) from None
+
+
+def _in_micros(kind: pa.DataType) -> pa.DataType | None:
+    """The microsecond type Python's values of ``kind`` are built in (None: ``kind``)."""
+    if pa.types.is_timestamp(kind) and kind.unit != "us":
+        return pa.timestamp("us", tz=kind.tz)
+    if pa.types.is_duration(kind) and kind.unit != "us":
+        return pa.duration("us")
+    if pa.types.is_time(kind) and kind.unit != "us":
+        return pa.time64("us")
+    return None
+
+
+def typed_array(values: list[Any], kind: pa.DataType) -> pa.Array:
+    """``values`` (converted by :func:`from_rendered`) as an Array of ``kind``; a value
+    the type cannot hold exactly (a time with microseconds in ``time32[s]``) is a
+    BadValueError, never truncated."""
+    wide = _in_micros(kind)
+    try:
+        if wide is not None:
+            return pa.array(values, wide).cast(kind)
+        return pa.array(values, kind)
+    except (pa.ArrowException, ValueError, TypeError, OverflowError):
+        pass
+    for row, value in enumerate(values):  # the first value that does not fit
+        try:
+            array = pa.array([value], wide or kind)
+            if wide is not None:
+                array.cast(kind)
+        except (pa.ArrowException, ValueError, TypeError, OverflowError):
+            raise BadValueError(f"does not fit {kind}: write {example(kind)}", None, row) from None
+    raise BadValueError(f"does not fit {kind}: write {example(kind)}", None, None)
+
+
+def typed_column(column: pa.Array, kind: pa.DataType, cells: bool) -> pa.Array:
+    """A column read as text converted to ``kind`` by :func:`from_rendered` (pyarrow's own
+    cast first, where it has one and it succeeds). ``cells``: the text is a CSV cell,
+    whose list, struct or map is written as JSON."""
+    if column.type == kind:
+        return column
+    casts = (pa.types.is_date, pa.types.is_timestamp, pa.types.is_decimal, pa.types.is_floating)
+    if any(check(kind) for check in casts):  # pyarrow's cast reads text as the output writes it
+        try:
+            return column.cast(kind)
+        except (pa.ArrowException, ValueError):
+            pass  # no such cast, or a value it refuses: found below
+    values = column.to_pylist()
+    converted = []
+    for row, value in enumerate(values):
+        try:
+            if cells and value is not None and pa.types.is_nested(kind):
+                try:
+                    value = json.loads(value)
+                except ValueError:
+                    raise _fail(kind, value) from None
+            converted.append(from_rendered(value, kind))
+        except BadValueError as exc:
+            exc.value, exc.row = values[row], row
+            raise
+    try:
+        return typed_array(converted, kind)
+    except BadValueError as exc:
+        exc.value = None if exc.row is None else values[exc.row]
+        raise
