@@ -19,6 +19,7 @@ import pyarrow as pa
 from merkle.db.commit import continues_committed
 from merkle.db.inputs import check_keys, check_known_fields
 from merkle.db.tablestate import TableChange, TableState
+from merkle.errors import SchemaError
 from merkle.lazy import LazyModule
 from merkle.tablets.fieldids import FieldId
 from merkle.tablets.table import Table
@@ -76,7 +77,10 @@ class RecordOps:
         known = self._known(table, state.table)
         if state.table.root.typed:
             # Field-level patches: no record is read now (see merkle.tablets.patches).
-            patched = update_patches(state.table, changes)
+            try:
+                patched = update_patches(state.table, changes)
+            except SchemaError as exc:  # named like a write's: the table, then the field
+                raise SchemaError(f"table {table!r}: {exc}") from None
             if patched is None:
                 return self._unchanged_update(table, state, changes)
             changed, patches = patched

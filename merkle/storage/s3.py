@@ -223,18 +223,33 @@ class S3Store(ObjectStore):
     def _describe(self, what: str) -> str:
         return f"S3 {what} in {self.uri} at {self.endpoint}"
 
-    def _no_bucket(self) -> NotFoundError:
+    def _no_bucket(self) -> StorageError:
+        """The error for a bucket that does not exist (never created, or deleted in use).
+
+        A :class:`StorageError`, not a :class:`NotFoundError`: callers read a
+        missing *key* as an answer (a free journal slot, a block to write, a
+        lake without a config), and a missing bucket answers nothing about
+        keys. Taken for a missing key, it made a lake whose bucket was
+        deleted read as a journal "altered from outside". Nothing was done,
+        so it is ``definite``.
+        """
         hint = f" --endpoint-url {self.endpoint_url}" if self.endpoint_url else ""
-        return NotFoundError(
-            f"S3 bucket {self.bucket!r} does not exist at {self.endpoint}; create it first "
-            f"(e.g. `aws s3 mb s3://{self.bucket}{hint}`) or fix the lake URI"
+        return StorageError(
+            f"S3 bucket {self.bucket!r} does not exist at {self.endpoint} (NoSuchBucket), so "
+            f"the lake {self.uri} cannot be read or written and nothing was changed: create "
+            f"the bucket (e.g. `aws s3 mb s3://{self.bucket}{hint}`; a lake that was in a "
+            "deleted bucket must be restored from a backup) or fix the lake URI",
+            definite=True,
         )
 
     def _missing(self, key: str) -> NotFoundError:
         """The error for a missing ``key``, or for the bucket if that is what is missing.
 
         A HEAD of a key in a missing bucket is a bare 404 like a missing key;
-        the first such answer is checked once against the bucket itself.
+        the first such answer is checked once against the bucket itself. Later
+        ones are taken for missing keys (a check per answer would add a request
+        to every new block a commit stats); a bucket deleted since is named by
+        the next GET, listing or PUT, which every operation makes.
         """
         if not self._bucket_seen:
             try:

@@ -119,9 +119,10 @@ def backoff_delay(attempt: int, base: float, cap: float) -> float:
     return random.uniform(0.0, min(cap, base * (2.0**attempt)))
 
 
-#: Codes that mean the credentials or the bucket policy refused the request.
+#: Codes that mean the credentials or the bucket policy refused the request ("403" is
+#: a HEAD's: its answer has no body, so no code, only the status).
 _CREDENTIAL_CODES = frozenset(
-    {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"}
+    {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "403"}
 )
 
 

@@ -42,6 +42,7 @@ from merkle.tablets.dicts import (
     restore_fitting,
 )
 from merkle.tablets.fitcolumn import fit_column, typed_array
+from merkle.tablets.fits import kind_misfit, text_kind
 from merkle.tablets.freeform import in_micros, python_values
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
 from merkle.tablets.schema import (
@@ -270,6 +271,7 @@ def conform_arrow(
                 values = column_values(pa.table([column], schema=pa.schema([field])), name)
                 array = cbor_array(name, values, lambda i: f"the record with key {key_of(i)!r}")
         else:
+            _check_kind_column(name, column, target.type, key_of)
             array = fit_column(name, column, storage_type(target.type), key_of)
             if has_dictionary(target.type) and column.type != target.type:
                 check_fits(name, array, target.type)  # Arrow of the field's type fits already
@@ -279,6 +281,46 @@ def conform_arrow(
     if not partial:
         _check_nullability(full, {n: a for n, (_, a) in stored.items()}, key, key_of)
     return Conformed(_segment(key, key_array, codec, stored), full, codec)
+
+
+def _kind_error(name: str, target: pa.DataType, value: Any, key: Any) -> SchemaError:
+    """The error for text written into a binary field or bytes into a string field.
+
+    One rule and one message for every path (``write`` and ``upsert`` of records,
+    ``update``, Arrow data): pyarrow would decode the bytes as UTF-8, or encode the
+    text, without a word, and an Arrow binary column never fitted a string field.
+    """
+    if text_kind(target) == "string":
+        held, fix = "text (str)", "decode it (value.decode('utf-8'))"
+    else:
+        held, fix = "bytes", "encode it (value.encode('utf-8'))"
+    if isinstance(value, memoryview):  # its repr shows an address, not the bytes
+        shown = f"memoryview({show_value(bytes(value))})"
+    else:
+        shown = show_value(value)
+    return SchemaError(
+        f"field {name!r} is {target}, which holds {held}: the value {shown} "
+        f"of the record with key {show_value(key)} is {type(value).__name__}. "
+        f"Values are never converted between text and bytes: {fix}, or declare the "
+        f"field schema-free (alter_schema(table, free=[{name!r}]))"
+    )
+
+
+def _check_kind_column(
+    name: str, column: Any, target: pa.DataType, key_of: Callable[[int], Any]
+) -> None:
+    """A binary column for a string field, or a string column for a binary one, is a
+    :func:`_kind_error` naming its first value (as a record's value would be)."""
+    wanted = text_kind(target)
+    held = text_kind(column.type)
+    if wanted is None or held is None or held == wanted:
+        return
+    valid = pc.is_valid(column)
+    position = pc.index(valid, True).as_py()
+    if position is None or position < 0:
+        return  # all null: nulls fit any field
+    value = column.slice(position, 1).to_pylist()[0]
+    raise _kind_error(name, target, value, key_of(int(position)))
 
 
 def _combined(column: Any) -> pa.Array:
@@ -397,6 +439,9 @@ def conform_records(
         else:
             if name in nanos:
                 check_nanoseconds(name, values, storage_type(target.type), key_of)
+            misfit = kind_misfit(values, target.type)
+            if misfit is not None:
+                raise _kind_error(name, target.type, values[misfit], key_of(misfit))
             array = typed_array(name, values, storage_type(target.type), key_of)
             if has_dictionary(target.type):
                 check_fits(name, array, target.type)

@@ -9,6 +9,16 @@ value that does not fit its field is a SchemaError (doc/api.md, "Schemas"),
 as the same value given as Arrow data already was (a cast that does not
 round-trip, or a bool column into a number field). Values are checked
 inside lists, structs and maps (keys and values) alike.
+
+pyarrow also changes a value's kind without a word where text meets bytes: it
+decodes ``bytes`` (and ``bytearray``, ``memoryview``) written into a string
+type as UTF-8, and encodes a ``str`` written into a binary type. A string
+field holds ``str`` and a binary field ``bytes``, on every path (doc/api.md,
+"Schemas"): an Arrow binary column is no string column, and a Python value
+is held to the same rule. :func:`kind_misfit` finds the first value of the
+other kind in a column of Python values (a type test per distinct Python
+type, not a call per value); :func:`loss_check` applies the same rule to
+values inside lists, structs and maps.
 """
 
 from __future__ import annotations
@@ -16,15 +26,83 @@ from __future__ import annotations
 import datetime
 import decimal
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["loss_check"]
+__all__ = ["kind_misfit", "loss_check", "text_kind"]
 
 Check = Callable[[Any], str | None]
+
+#: The Python types of raw bytes: pyarrow decodes each as UTF-8 into a string type.
+_BYTES = (bytes, bytearray, memoryview)
+
+
+def text_kind(target: pa.DataType) -> str | None:
+    """``"string"`` or ``"binary"`` for the types that hold text or bytes (large, view,
+    fixed-size and dictionary-encoded ones included), else None."""
+    if pa.types.is_dictionary(target):
+        target = target.value_type
+    if pa.types.is_string(target) or pa.types.is_large_string(target):
+        return "string"
+    if (
+        pa.types.is_binary(target)
+        or pa.types.is_large_binary(target)
+        or pa.types.is_fixed_size_binary(target)
+    ):
+        return "binary"
+    return {"string_view": "string", "binary_view": "binary"}.get(str(target))
+
+
+def _other_kind(target: pa.DataType) -> tuple[type, ...] | None:
+    """The Python types a field of ``target`` refuses though pyarrow would convert them."""
+    kind = text_kind(target)
+    if kind == "string":
+        return _BYTES
+    if kind == "binary":
+        return (str,)
+    return None
+
+
+def _kind_reason(value: Any, target: pa.DataType) -> str:
+    if text_kind(target) == "string":
+        return (
+            f"it is {type(value).__name__}, not str: a string field holds text, and bytes "
+            "are never decoded into it"
+        )
+    return (
+        f"it is {type(value).__name__}, not bytes: a binary field holds bytes, and text "
+        "is never encoded into it"
+    )
+
+
+def kind_misfit(values: Sequence[Any], target: pa.DataType) -> int | None:
+    """The position of the first of ``values`` (Python values for a field of ``target``)
+    that is text for a binary type or bytes for a string type; None if there is none.
+
+    Costs one pass of ``type`` over the values and a test per distinct type; the
+    values are walked again only when one is of the other kind.
+    """
+    other = _other_kind(target)
+    if other is None:
+        return None
+    if not any(issubclass(kind, other) for kind in set(map(type, values))):
+        return None
+    return next(i for i, value in enumerate(values) if isinstance(value, other))
+
+
+def _kind_check(target: pa.DataType) -> Check | None:
+    other = _other_kind(target)
+    if other is None:
+        return None
+    return lambda v: _kind_reason(v, target) if isinstance(v, other) else None
+
+
+def _member_check(target: pa.DataType) -> Check | None:
+    """The check of a value inside a list, struct or map: its losses, and its kind."""
+    return loss_check(target) or _kind_check(target)
 
 
 def loss_check(target: pa.DataType) -> Check | None:
@@ -32,15 +110,16 @@ def loss_check(target: pa.DataType) -> Check | None:
     rounding them without a word), a function naming the loss of one value (None when
     it fits exactly); None for other types. Nested types are checked inside: a struct
     (or a map's entry) also loses a member its fields do not name, which pyarrow drops
-    without a word."""
+    without a word. Inside them, text and bytes are held to their kind as well; a
+    top-level column of them is checked by :func:`kind_misfit`, all at once."""
     if pa.types.is_struct(target):
         return _struct_check(target)
     if pa.types.is_map(target):
         return _map_check(target)
     if pa.types.is_list(target) or pa.types.is_large_list(target):
-        return _items_check(loss_check(target.value_type))
+        return _items_check(_member_check(target.value_type))
     if pa.types.is_fixed_size_list(target):
-        return _items_check(loss_check(target.value_type))
+        return _items_check(_member_check(target.value_type))
     if pa.types.is_integer(target):
         return _integer_loss
     if pa.types.is_floating(target):
@@ -72,7 +151,7 @@ def loss_check(target: pa.DataType) -> Check | None:
 
 def _struct_check(target: pa.StructType) -> Check:
     children = {
-        target.field(i).name: loss_check(target.field(i).type) for i in range(target.num_fields)
+        target.field(i).name: _member_check(target.field(i).type) for i in range(target.num_fields)
     }
 
     def check(value: Any) -> str | None:
@@ -100,7 +179,7 @@ def _map_check(target: pa.MapType) -> Check:
     dicts naming the map's key and item fields (any other member of an entry it drops).
     """
     key_name, item_name = target.key_field.name, target.item_field.name
-    of_key, of_item = loss_check(target.key_type), loss_check(target.item_type)
+    of_key, of_item = _member_check(target.key_type), _member_check(target.item_type)
 
     def entry_loss(key: Any, item: Any) -> str | None:
         lost = None if of_key is None or key is None else of_key(key)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pickle
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import boto3
@@ -16,7 +16,7 @@ import pytest
 from conftest import new_bucket
 from s3faults import inject_s3_faults, seed_moto_objects, set_moto_mtime
 
-from merkle.errors import IntegrityError, NotFoundError, StorageError, UsageError
+from merkle.errors import IntegrityError, StorageError, UsageError
 from merkle.storage import open_store
 from merkle.storage.s3 import S3Store
 
@@ -245,28 +245,6 @@ def test_retries_are_off_with_max_attempts_1(moto_endpoint: str, bucket: str) ->
         ):
             store.get("k")
         assert faults.fired == 1
-
-
-# -- missing bucket ---------------------------------------------------------------------------
-
-
-def test_a_missing_bucket_names_the_bucket_and_endpoint(moto_endpoint: str) -> None:
-    with open_s3(moto_endpoint, "no-such-bucket-here") as store:
-        calls: dict[str, Callable[[], object]] = {
-            "get": lambda: store.get("k"),
-            "stat": lambda: store.stat("k"),
-            "exists": lambda: store.exists("k"),
-            "put": lambda: store.put("k", b"v"),
-            "put_if_absent": lambda: store.put_if_absent("k", b"v"),
-            "list": lambda: list(store.list()),
-            "list_prefixes": lambda: store.list_prefixes(),
-            "touch": lambda: store.touch("k"),
-        }
-        for call in calls.values():
-            with pytest.raises(NotFoundError, match="bucket 'no-such-bucket-here'") as caught:
-                call()
-            assert moto_endpoint in str(caught.value)
-            assert "aws s3 mb" in str(caught.value)
 
 
 # -- paging and batches ----------------------------------------------------------------------
