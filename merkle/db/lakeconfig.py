@@ -12,12 +12,12 @@ from typing import Any
 
 from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
 from merkle.errors import IntegrityError, NotFoundError, StorageError, UsageError
+from merkle.refs.entry import CONFIG_KEY
 from merkle.storage.base import ObjectStore
 
 __all__ = ["CONFIG_KEY", "CONFIG_TYPE", "LAKE_HASHES", "lake_config", "lake_sizes"]
 
 #: The lake's settings object, written once when the lake is first used.
-CONFIG_KEY = "config"
 CONFIG_TYPE = "merkle/lake"
 #: The hashes a lake's blocks may be addressed by (chosen when the lake is made).
 LAKE_HASHES = ("blake3", "sha2-256")

@@ -46,6 +46,7 @@ from merkle.blocks.codec import NODE_VERSION, decode_node, encode_node
 from merkle.errors import IntegrityError, UsageError
 
 __all__ = [
+    "CONFIG_KEY",
     "ENTRY_TYPE",
     "TRIMMED_TYPE",
     "JournalEntry",
@@ -126,6 +127,11 @@ class TrimmedEntry:
 
 
 # -- keys ------------------------------------------------------------------------
+
+
+#: The key of the lake's settings (``merkle.db.lakeconfig``): every lake has it, so its
+#: absence tells a lake deleted or moved in use from a journal with entries missing.
+CONFIG_KEY = "config"
 
 
 def journal_prefix(db: str) -> str:

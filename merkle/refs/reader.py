@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
 
-from merkle.errors import IntegrityError, NotFoundError, UsageError
+from merkle.errors import IntegrityError, MerkleError, NotFoundError, StorageError, UsageError
 from merkle.refs.entry import (
+    CONFIG_KEY,
     JournalEntry,
     TrimmedEntry,
     as_utc,
@@ -334,10 +335,29 @@ class JournalReader:
             )
         if version < self._floor_hint(db):  # trimmed while we looked
             raise self._trimmed_error(db, version)
-        raise IntegrityError(
+        raise self._altered(
+            entry_key(db, head.version),
             f"journal entry {entry_key(db, version)!r} is missing below the head "
             f"({head.version}); the journal was altered from outside: restore the entry "
-            "from a backup (`merkle verify` lists what is missing)"
+            "from a backup (`merkle verify` lists what is missing)",
+        )
+
+    def _altered(self, head_key: str, message: str) -> MerkleError:
+        """The error for a journal that lacks entries it must hold below the head this
+        process knows (``head_key``): an IntegrityError (``message``), unless the whole
+        lake is gone, the head and the lake's settings too (deleted or moved while this
+        process used it), which is said as such: restoring single entries would not
+        help then."""
+        try:
+            gone = not self.store.exists(head_key) and not self.store.exists(CONFIG_KEY)
+        except StorageError:
+            gone = False  # the store cannot tell: report what was found
+        if not gone:
+            return IntegrityError(message)
+        return NotFoundError(
+            f"the lake at {self.store.uri} is gone: its settings ({CONFIG_KEY!r}) and "
+            "journal entries are missing, so it was deleted or moved while in use; "
+            "nothing was changed. Open the lake where it is now, or restore it from a backup"
         )
 
     def _trimmed_error(self, db: str, version: int) -> NotFoundError:
@@ -410,10 +430,11 @@ class JournalReader:
                 elif isinstance(slot, TrimmedEntry) or version < self._floor_hint(db):
                     return entries  # trimmed from here down (by an old trim, or just now)
                 else:
-                    raise IntegrityError(
+                    raise self._altered(
+                        entry_key(db, head.version),
                         f"journal entry {entry_key(db, version)!r} is missing between the "
                         f"retention floor and the head ({head.version}): the journal was "
-                        "altered from outside; restore the entry from a backup"
+                        "altered from outside; restore the entry from a backup",
                     )
         return entries
 

@@ -120,6 +120,9 @@ class FileStore(ObjectStore):
         self._dirs_lock = threading.Lock()
         if os.path.exists(self.root) and not os.path.isdir(self.root):
             raise UsageError(f"lake path {self.root!r} exists and is not a directory")
+        #: Whether the root directory was seen to exist: once it was, it is never made
+        #: again (a lake deleted or moved while in use is an error, not a new empty lake).
+        self._root_seen = os.path.isdir(self.root)
 
     @classmethod
     def from_uri(cls, parts: SplitResult, options: Mapping[str, Any]) -> FileStore:
@@ -255,8 +258,11 @@ class FileStore(ObjectStore):
         if directory in self._dirs_known:
             return
         if not os.path.isdir(self.root):
+            if self._root_seen:
+                raise self._gone()
             os.makedirs(self.root, exist_ok=True)
             self._sync_dir(os.path.dirname(self.root))
+            self._root_seen = True
         levels = []
         probe = directory
         while probe != self.root and probe not in self._dirs_known:
@@ -292,11 +298,22 @@ class FileStore(ObjectStore):
             "be an object too: a file store cannot hold both 'a' and 'a/b'"
         )
 
+    def _gone(self) -> StorageError:
+        """The error for a root directory that existed and no longer does."""
+        return StorageError(
+            f"the lake directory {self.root} is gone: it was deleted or moved while in use, "
+            "and nothing was written (it is not made again: that would start a new, empty "
+            "lake there). Open the lake where it is now, or restore it from a backup",
+            definite=True,
+        )
+
     def _write_error(self, key: str, exc: BaseException, detail: str = "") -> StorageError:
         """The StorageError for a failed write of ``key``: a full disk says so, and what to do.
 
         Built only on the error path, so a successful write pays nothing for it.
         """
+        if isinstance(exc, FileNotFoundError) and self._root_seen and not os.path.isdir(self.root):
+            return self._gone()
         if isinstance(exc, OSError) and exc.errno in NO_SPACE:
             what = "full" if exc.errno == errno.ENOSPC else "over its quota"
             return StorageError(
