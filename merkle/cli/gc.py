@@ -66,18 +66,14 @@ def _emit(summary: str, record: dict[str, Any], fmt: str | None) -> None:
 
 
 def _duration(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    """A ``--keep-within`` / ``--grace`` duration that names no unit twice (``1h1h`` is
-    a typo, not 2h); the rest of its syntax is checked by ``merkle.gc``."""
-    if value is None:
-        return None
-    units = [ch for ch in value.lower() if ch in "wdhms"]
-    repeated = next((unit for unit in units if units.count(unit) > 1), None)
-    if repeated is not None:
-        raise CliError(
-            f"bad duration {value!r} for --{(param.name or '').replace('_', '-')}: it gives "
-            f"the unit {repeated!r} more than once; give each unit once, largest first "
-            "(e.g. 2h, 1h30m, 7d12h)"
-        )
+    """A ``--keep-within`` / ``--grace`` duration, checked at once by the one parser
+    the library uses (:func:`merkle.gc.policy.parse_duration`: units, their case, a
+    unit given twice), so a typo fails before a collection or a Spark session starts;
+    its UsageError is the command's one-line error."""
+    if value is not None:
+        from merkle.gc.policy import parse_duration
+
+        parse_duration(value, param.name or "a duration")
     return value
 
 

@@ -25,7 +25,9 @@ from merkle.cli.common import (
 from merkle.cli.output import emit_rows, format_option
 
 if TYPE_CHECKING:
+    from merkle.db.diff import TableDiff
     from merkle.refs.tags import Tag
+    from merkle.tablets.table import Table
 
 __all__ = ["COMMANDS", "diff", "export", "import_", "merge", "pull", "push", "tag"]
 
@@ -51,31 +53,100 @@ def diff(
 ) -> None:
     """Records that changed in DB from version V1 to V2.
 
-    With no version: what the head's commit changed; with V1 only: from V1
-    to the head. One row per record: table, key, change, old, new.
+    With no version: what the head's commit changed (GC fence entries, which
+    repeat the version below them, are skipped); with V1 only: from V1 to the
+    head. One row per record: table, key, change, old, new; a change of the
+    database metadata and of a table's settings (schema, metadata, families,
+    limits, key) is a row too, before the table's records.
     """
     conn = connection()
     new = conn.open_db(db, version=v2) if v2 is not None else conn.open_db(db)
     if v1 is None:
-        if new.version == 0 or new.entry.parent is None:
-            raise CliError(f"version {new.version} of {db!r} has no parent: name V1")
-        v1 = new.entry.parent
+        from merkle.db.ancestry import last_change
+
+        made = last_change(conn, new.entry)
+        if made.parent is None:
+            fence = "" if made is new.entry else f" is a gc fence over version {made.version}"
+            raise CliError(
+                f"version {new.version} of {db!r}{fence}{', which' if fence else ''} has no "
+                "parent: name V1"
+            )
+        v1 = made.parent
     changes = new.diff(v1, table=table, fields=parse_fields(fields))
+    meta = changes.metadata_changed and table is None  # the database's, not the table's
     if stat:
         summary = changes.summary()
         rows = [
-            {"table": name, **counts, "status": changes.tables[name].status}
+            {"table": name, **counts, "status": _status(changes.tables[name])}
             for name, counts in summary["rows"].items()
         ]
+        if meta:
+            counts = {"inserted": 0, "updated": 0, "deleted": 0}
+            rows.insert(0, {"table": None, **counts, "status": "metadata changed"})
         emit_rows(rows, fmt, columns=["table", "inserted", "updated", "deleted", "status"])
         return
 
     def records() -> Any:
+        if meta:
+            old, now = changes.old.metadata, changes.new.metadata
+            yield {"table": None, "key": None, "change": "metadata", "old": old, "new": now}
         for name, table_diff in changes.tables.items():
+            settings = _settings_row(name, table_diff)
+            if settings is not None:
+                yield settings
             for rec in table_diff.records():
                 yield {"table": name, **rec}
 
     emit_rows(records(), fmt, columns=["table", "key", "change", "old", "new"])
+
+
+def _status(table: TableDiff) -> str:
+    """A table's ``--stat`` status: created, dropped, rekeyed or changed, with the
+    settings that changed in brackets (``changed (schema)``)."""
+    altered = [name for name in table.altered if name != "key" or table.status != "rekeyed"]
+    return f"{table.status} ({', '.join(altered)})" if altered else table.status
+
+
+def _settings_row(name: str, table: TableDiff) -> dict[str, Any] | None:
+    """The row of a table created, dropped or re-keyed, or whose settings changed (its
+    schema, metadata, families, limits): ``old`` and ``new`` hold each changed setting.
+    None for a table whose records alone changed."""
+    status = table.status
+    if status in ("created", "dropped"):
+        return {"table": name, "key": None, "change": status, "old": None, "new": None}
+    if not table.altered:
+        return None
+    assert table.old is not None
+    assert table.new is not None
+    old = {setting: _setting(table.old, setting) for setting in table.altered}
+    new = {setting: _setting(table.new, setting) for setting in table.altered}
+    change = "rekeyed" if status == "rekeyed" else "altered"
+    return {"table": name, "key": None, "change": change, "old": old, "new": new}
+
+
+def _setting(table: Table, setting: str) -> Any:
+    """One setting of a table version as the diff shows it (see ``TableDiff.altered``)."""
+    from merkle.cli.table import show_schema
+
+    root = table.root
+    if setting == "schema":
+        return show_schema(root.schema)
+    if setting == "metadata":
+        return root.meta
+    if setting == "families":
+        return {family: sorted(names) for family, names in root.families.items()}
+    if setting == "limits":  # named as `table describe` names them
+        limits = root.limits
+        return {
+            "tablet_size_limit": limits.tablet_size,
+            "branching_factor": limits.branching,
+            "patch_limit": limits.patch,
+            "patch_share": limits.patch_share,
+        }
+    if setting == "key":
+        fields = root.key_fields
+        return {"field": list(fields) if len(fields) > 1 else fields[0], "codec": root.key_codec}
+    return root.uid  # "replaced": dropped and created again, a new identity
 
 
 @click.command("merge")
@@ -137,12 +208,17 @@ def tag(args: tuple[str, ...], version: int | None, message: str | None, fmt: st
 
     A tagged version is never trimmed or collected, whatever the retention. A
     database named `list`, `delete` or `create` is tagged with the explicit
-    form `tag create DB NAME`.
+    form `tag create DB NAME`. `tag delete DB` (NAME forgotten) is a usage error,
+    and so is `tag create DB` unless a database `create` exists and DB names none.
     """
-    conn = connection()
     verb = args[0] if len(args) >= 2 and args[0] in _TAG_VERBS else None
     if verb in ("list", "delete") and (version is not None or message is not None):
         raise click.UsageError(_tag_verb_advice(verb, args[1:]))
+    if verb == "delete" and len(args) == 2:
+        raise click.UsageError(_missing_tag_name(verb, args[1]))
+    conn = connection()
+    if verb == "create" and len(args) == 2 and not _tags_database_create(conn, args[1]):
+        raise click.UsageError(_missing_tag_name(verb, args[1]))
     if verb == "list" and len(args) == 2:
         rows = [
             {
@@ -186,6 +262,26 @@ def _tag_verb_advice(verb: str, rest: tuple[str, ...]) -> str:
         ways.append(f"to tag a database named {verb!r}, use `{create}` with them")
     advice = "; ".join(ways) or "use `tag list DB` or `tag delete DB NAME`"
     return f"`tag {verb}` takes no --version or -m: {advice}"
+
+
+def _tags_database_create(conn: merkle.Connection, word: str) -> bool:
+    """Whether ``tag create WORD`` is ``tag DB NAME`` of a database named ``create``
+    (one exists, and WORD names no database), not ``tag create DB NAME`` with the
+    NAME forgotten. (``tag delete WORD`` never is: a delete must not make a tag.)"""
+    names = conn.list_dbs()
+    return "create" in names and word not in names
+
+
+def _missing_tag_name(verb: str, db: str) -> str:
+    """``tag delete DB`` / ``tag create DB``: the tag NAME was forgotten. (They were
+    read as tagging a database named ``delete`` / ``create``, which made a tag when
+    one existed.) The explicit form tags such a database."""
+    fixed = shlex.join(["merkle", "tag", verb, db, "NAME"])
+    other = shlex.join(["merkle", "tag", "create", verb, db])
+    return (
+        f"`tag {verb} DB NAME` is missing the tag NAME after {db!r}: use `{fixed}`; to tag "
+        f"a database named {verb!r} as {db!r}, use `{other}`"
+    )
 
 
 def _tags_of(conn: merkle.Connection, db: str) -> list[Tag]:

@@ -29,13 +29,16 @@ import heapq
 from collections.abc import Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from merkle.errors import NotFoundError
+from merkle.errors import IntegrityError, NotFoundError, UsageError
 from merkle.refs import JournalEntry
 
 if TYPE_CHECKING:
-    from merkle.db.connection import Connection
+    from datetime import datetime
 
-__all__ = ["Lineage", "VersionId", "kept_entry"]
+    from merkle.db.connection import Connection
+    from merkle.refs import RefManager, TagManager
+
+__all__ = ["Lineage", "VersionId", "kept_entry", "last_change", "still_kept", "tagged_entry"]
 
 VersionId = tuple[str, int]
 
@@ -54,6 +57,70 @@ def kept_entry(conn: Connection, db: str, version: int) -> JournalEntry:
         if tag is None or tag.entry is None:
             raise
         return tag.entry
+
+
+def tagged_entry(
+    conn: Connection, name: str, tag: str, version: int | None = None, at: datetime | None = None
+) -> JournalEntry:
+    """The entry ``open_db(name, tag=tag)`` opens: the journal's, or the tag's copy once
+    retention trimmed the journal's slot. IntegrityError when the two disagree."""
+    if version is not None or at is not None:
+        raise UsageError("open_db takes one of version=, at= and tag=")
+    found = conn.tag_refs.get(name, tag)
+    try:
+        entry = conn.refs.get(name, found.version)
+    except NotFoundError:
+        assert found.entry is not None
+        return found.entry  # trimmed from the journal: the tag keeps it
+    if entry.root != found.root:
+        raise IntegrityError(
+            f"tag {tag!r} of database {name!r} names version {found.version} with root "
+            f"{found.root}, but the journal holds {entry.root}: the tag or the journal "
+            "was altered from outside"
+        )
+    return entry
+
+
+def still_kept(
+    refs: RefManager,
+    tags: TagManager,
+    db: str,
+    version: int,
+    root: str,
+    *,
+    besides: str | None = None,
+) -> bool:
+    """Whether the journal (or a tag other than ``besides``) still holds ``db`` at
+    ``version`` with ``root``.
+
+    ``besides``: a tag being made, which cannot vouch for itself: a collection
+    that trimmed the version before the tag was written may have freed its
+    blocks already.
+    """
+    try:
+        return refs.get(db, version).root == root
+    except NotFoundError:
+        return any(
+            tag.version == version and tag.root == root and tag.name != besides
+            for tag in tags.list(db)
+        )
+
+
+def last_change(conn: Connection, entry: JournalEntry) -> JournalEntry:
+    """The newest entry at or below ``entry`` that is not a GC fence.
+
+    A collection that went on without a stalled writer appends a fence entry
+    (``gc fence``, ``entry.fence``) repeating the head's root; what the head
+    changed is then what this entry changed, against its parent (``merkle diff
+    DB`` compares ``entry.parent`` of this with the head). ``entry`` itself when it
+    is no fence, or when the entry below a fence is gone (trimmed, no tag).
+    """
+    while entry.fence and entry.parent is not None:
+        try:
+            entry = kept_entry(conn, entry.db, entry.parent)
+        except NotFoundError:
+            break
+    return entry
 
 
 class Lineage:

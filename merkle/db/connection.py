@@ -19,12 +19,13 @@ from typing import TYPE_CHECKING, Any
 from merkle.blocks.cid import CID
 from merkle.blocks.store import BlockStore
 from merkle.blocks.walk import missing_below
-from merkle.db.ancestry import kept_entry
+from merkle.db.ancestry import kept_entry, still_kept, tagged_entry
+from merkle.db.closed import closed_error
 from merkle.db.database import Database
 from merkle.db.dbroot import DbRoot
 from merkle.db.inputs import check_count, check_flag, check_metadata
 from merkle.db.lakeconfig import lake_config, lake_sizes
-from merkle.errors import ConflictError, IntegrityError, NotFoundError, UsageError
+from merkle.errors import ConflictError, NotFoundError, UsageError
 from merkle.lazy import OnFirstUse
 from merkle.refs import JournalConflictError, JournalEntry, RefManager
 from merkle.storage.base import ObjectStore, open_store
@@ -32,38 +33,13 @@ from merkle.tablets.store import DEFAULT_WORKERS, TableStore
 
 if TYPE_CHECKING:
     from merkle.db.merge import Resolver
-    from merkle.db.readers import ReaderLeaseKeeper
+    from merkle.db.readers import ReaderLease, ReaderLeaseKeeper
     from merkle.refs import LeaseManager, Tag, TagManager, WriterSession, WriterTicket
 
 __all__ = ["Connection", "connect"]
 
 #: Attempts of a create that a collection's fence of a dropped journal got ahead of.
 _CREATE_ATTEMPTS = 8
-
-
-def _still_kept(
-    refs: RefManager,
-    tags: TagManager,
-    db: str,
-    version: int,
-    root: str,
-    *,
-    besides: str | None = None,
-) -> bool:
-    """Whether the journal (or a tag other than ``besides``) still holds ``db`` at
-    ``version`` with ``root``.
-
-    ``besides``: a tag being made, which cannot vouch for itself: a collection
-    that trimmed the version before the tag was written may have freed its
-    blocks already.
-    """
-    try:
-        return refs.get(db, version).root == root
-    except NotFoundError:
-        return any(
-            tag.version == version and tag.root == root and tag.name != besides
-            for tag in tags.list(db)
-        )
 
 
 class Connection:
@@ -84,8 +60,25 @@ class Connection:
         self.hash: str = config["hash"]
         self.blocks = BlockStore(store, hash=self.hash, cache_bytes=max(1 << 20, cache_bytes // 4))
         self.tables = TableStore(self.blocks, cache_bytes=cache_bytes, workers=workers)
-        self.refs = RefManager(store)
+        self._refs = RefManager(store)
         self._closed = False
+
+    @property
+    def refs(self) -> RefManager:
+        """The journals (``merkle.refs``): every use of the lake's history goes through
+        here, so a closed connection refuses them all (see :meth:`close`)."""
+        if self._closed:
+            raise closed_error(self.uri)
+        return self._refs
+
+    @refs.setter
+    def refs(self, refs: RefManager) -> None:
+        self._refs = refs
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (the connection then refuses every use)."""
+        return self._closed
 
     # The parts a process that only reads never uses (no lease, no tag) are made, and
     # their modules imported, on first use: ``merkle get`` starts faster without them.
@@ -116,7 +109,7 @@ class Connection:
         # A function of the refs and tags, not a method of this connection: the keeper
         # is the connection's, and the method would make a reference cycle that kept a
         # closed connection's caches alive (tests/db/test_no_cycles.py).
-        kept = functools.partial(_still_kept, self.refs, TagManager(self.store))
+        kept = functools.partial(still_kept, self._refs, TagManager(self.store))
         return ReaderLeaseKeeper(self.leases, still_kept=kept)
 
     tag_refs = OnFirstUse(_make_tag_refs)
@@ -139,6 +132,8 @@ class Connection:
     # -- life cycle ----------------------------------------------------------------
 
     def close(self) -> None:
+        """Release the leases, stop the threads, close the store. Every later use of the
+        lake through this connection raises UsageError (:mod:`merkle.db.closed`)."""
         if not self._closed:
             self._closed = True
             if Connection._writer.made(self):
@@ -164,12 +159,14 @@ class Connection:
     def _still_kept(self, db: str, version: int, root: str, *, besides: str | None = None) -> bool:
         """Whether the journal (or a tag other than ``besides``) still holds ``db`` at
         ``version`` with ``root``."""
-        return _still_kept(self.refs, self.tag_refs, db, version, root, besides=besides)
+        return still_kept(self.refs, self.tag_refs, db, version, root, besides=besides)
 
     def writer_lease(
         self, db: str | None = None
     ) -> contextlib.AbstractContextManager[WriterTicket]:
         """Hold the connection's writer lease (shared, renewed, GC-aware) for one commit."""
+        if self._closed:  # every commit comes here: refused before any block is written
+            raise closed_error(self.uri)
         return self._writer.hold(db)
 
     def _settle(self, ticket: WriterTicket, entry: JournalEntry) -> bool:
@@ -216,15 +213,22 @@ class Connection:
         entries += tagged if limit is None else tagged[: limit - len(entries)]
         return entries
 
-    def _database(self, entry: JournalEntry) -> Database:
+    def _database(self, entry: JournalEntry, reader: ReaderLease | None = None) -> Database:
+        """The value of ``entry``; with ``reader``, one that reads under that lease."""
         if entry.root is None:
             raise NotFoundError(
                 f"database {entry.db!r} was dropped at version {entry.version}; open an "
                 "earlier version, or create it again"
             )
         cid = CID.parse(entry.root)
-        root = DbRoot.from_node(self.blocks.get_node(cid), cid)
-        return Database(self, entry, root)
+        if reader is None:
+            return Database(self, entry, DbRoot.from_node(self.blocks.get_node(cid), cid))
+        from merkle.db.readers import leased_staging
+
+        staging = leased_staging(self.blocks, reader)  # a block gone: did the lease lapse?
+        db = Database(self, entry, DbRoot.from_node(staging.get_node(cid), cid), staging=staging)
+        db._reader = reader
+        return db
 
     def _head(self, name: str, *, purpose: str = "open it") -> Database:
         entry = self.refs.head(name)
@@ -276,7 +280,7 @@ class Connection:
         entry = (
             self._resolve(name, version, at)
             if tag is None
-            else self._tagged(name, tag, version, at)
+            else tagged_entry(self, name, tag, version, at)
         )
         if not check_flag(lease, "open_db(lease=)") or entry.root is None:
             return self._database(entry)
@@ -287,31 +291,10 @@ class Connection:
         try:
             if not self._still_kept(entry.db, entry.version, entry.root):
                 self.refs.get(entry.db, entry.version)  # raises why (trimmed, damaged)
-            db = self._database(entry)
+            return self._database(entry, handle)
         except BaseException:
             handle.release()
             raise
-        db._reader = handle
-        return db
-
-    def _tagged(
-        self, name: str, tag: str, version: int | None, at: datetime | None
-    ) -> JournalEntry:
-        if version is not None or at is not None:
-            raise UsageError("open_db takes one of version=, at= and tag=")
-        found = self.tag_refs.get(name, tag)
-        try:
-            entry = self.refs.get(name, found.version)
-        except NotFoundError:
-            assert found.entry is not None
-            return found.entry  # trimmed from the journal: the tag keeps it
-        if entry.root != found.root:
-            raise IntegrityError(
-                f"tag {tag!r} of database {name!r} names version {found.version} with root "
-                f"{found.root}, but the journal holds {entry.root}: the tag or the journal "
-                "was altered from outside"
-            )
-        return entry
 
     def _resolve(self, name: str, version: int | None, at: datetime | None) -> JournalEntry:
         """The journal entry ``open_db`` means (no block is read)."""
@@ -524,15 +507,18 @@ class Connection:
         NotFoundError for a name no database ever had, so that a mistyped name is not
         taken for a database without tags.
         """
+        refs = self.refs  # UsageError on a closed connection
         found = self.tag_refs.list(db)
         if not found:
-            self.refs.history(db, 1)  # NotFoundError for a database that never existed
+            refs.history(db, 1)  # NotFoundError for a database that never existed
         return found
 
     def delete_tag(self, db: str, name: str) -> Tag | None:
         """Remove a tag; the tag removed (None when its object was damaged: it is removed
         all the same). A version retention no longer keeps and only the tag kept cannot
         be opened any more, and the next collection frees it."""
+        if self._closed:
+            raise closed_error(self.uri)
         return self.tag_refs.delete(db, name)
 
     def merge(

@@ -13,6 +13,15 @@ stalled) is never silently trusted: the keeper takes a new lease and checks
 that the version's entry is still in the journal (a collection that trimmed
 it may have freed its blocks in between); if that fails the handle is
 *lapsed*, and the next read of the value raises :class:`LeaseExpiredError`.
+
+A read does not wait for the renewing thread to notice: it checks the lease's
+own expiry (by this process's clock, less the skew margin), and a lease past
+it is renewed or recovered there and then, before anything is read. A process
+stalled past its lease (SIGSTOP, a paused VM, a laptop asleep) while a
+collection elsewhere freed the version therefore gets LeaseExpiredError from
+its next read, not whatever block read fails first; and a block found missing
+in the middle of a leased read (the stall came after the check) is the same
+LeaseExpiredError once the lease turns out lapsed (:class:`LeasedBlocks`).
 """
 
 from __future__ import annotations
@@ -21,12 +30,16 @@ import atexit
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
+from merkle.blocks.cid import CID
+from merkle.blocks.store import BlockStore, MissingBlockError
+from merkle.db.staging import StagedBlocks
 from merkle.errors import MerkleError
 from merkle.refs import Lease, LeaseExpiredError, LeaseManager
+from merkle.storage.base import ObjectInfo
 
-__all__ = ["ReaderLease", "ReaderLeaseKeeper"]
+__all__ = ["LeasedBlocks", "ReaderLease", "ReaderLeaseKeeper", "leased_staging"]
 
 _KEEPERS: weakref.WeakSet[ReaderLeaseKeeper] = weakref.WeakSet()
 
@@ -41,6 +54,7 @@ class ReaderLease:
         self._box = [lease]  # the current lease; renewals replace it
         self._keeper = keeper
         self.lapsed: str | None = None  # why the lease can no longer be relied on
+        self._renewing = threading.Lock()  # one renewal or recovery at a time
         self._finalizer = weakref.finalize(self, keeper._release_box, self._box)
 
     @property
@@ -56,14 +70,78 @@ class ReaderLease:
         self._finalizer()
 
     def check(self) -> None:
-        """Raise :class:`LeaseExpiredError` if the lease lapsed (see the module doc)."""
+        """Raise :class:`LeaseExpiredError` if the lease lapsed (see the module doc).
+
+        A lease past its own expiry (by this process's clock) is renewed, or
+        recovered, now: the renewing thread may not have run since (a stalled
+        process), and a collection may have passed the lease meanwhile.
+        """
+        keeper = self._keeper
+        if self.lapsed is None and not self.released and not keeper.leases.is_valid(self.lease):
+            keeper.renew(self)
         if self.lapsed is not None:
-            lease = self.lease
-            raise LeaseExpiredError(
-                f"the reader lease on database {lease.db!r} version {lease.version} lapsed "
-                f"({self.lapsed}); garbage collection may have removed blocks of that "
-                "version: open it again (a version retention no longer keeps may be gone)"
-            )
+            raise self._lapsed_error()
+
+    def block_missing(self, error: MissingBlockError) -> LeaseExpiredError | None:
+        """A read under this lease found ``error``'s block missing: the LeaseExpiredError
+        to raise instead when the lease lapsed (checked now, as :meth:`check` does), or
+        None when it still holds (then the block is lost, not collected: damage)."""
+        with contextlib.suppress(LeaseExpiredError):
+            self.check()
+        if self.lapsed is None:
+            return None
+        return self._lapsed_error(f"; block {error.cid} of it is gone already")
+
+    def _lapsed_error(self, detail: str = "") -> LeaseExpiredError:
+        lease = self.lease
+        return LeaseExpiredError(
+            f"the reader lease on database {lease.db!r} version {lease.version} lapsed "
+            f"({self.lapsed}); garbage collection may have removed blocks of that "
+            f"version{detail}: open it again (a version retention no longer keeps may be gone)"
+        )
+
+
+class LeasedBlocks(BlockStore):
+    """The lake's blocks as a value opened with ``lease=True`` reads them.
+
+    Reads are those of ``base`` (its store and node cache are shared); a block
+    found missing while the value's lease has lapsed (by its own expiry, then
+    not recovered) raises :class:`LeaseExpiredError` instead of
+    :class:`MissingBlockError`: a collection freed the version under a reader
+    that stalled past its lease.
+    """
+
+    def __init__(self, base: BlockStore, handle: ReaderLease) -> None:
+        super().__init__(base.store, hash="sha2-256" if base.hash_code == 0x12 else "blake3")
+        self.base = base
+        self.node_cache = base.node_cache  # keyed by CID: safe to share
+        self._handle = handle
+
+    def _lapsed(self, error: MissingBlockError) -> BaseException:
+        return self._handle.block_missing(error) or error
+
+    def get(self, cid: CID) -> bytes:
+        try:
+            return super().get(cid)
+        except MissingBlockError as exc:
+            raise self._lapsed(exc) from None
+
+    def get_many(self, cids: Sequence[CID]) -> dict[CID, bytes]:
+        try:
+            return super().get_many(cids)
+        except MissingBlockError as exc:
+            raise self._lapsed(exc) from None
+
+    def stat(self, cid: CID) -> ObjectInfo:
+        try:
+            return super().stat(cid)
+        except MissingBlockError as exc:
+            raise self._lapsed(exc) from None
+
+
+def leased_staging(blocks: BlockStore, handle: ReaderLease) -> StagedBlocks:
+    """The staging area of a value read under ``handle`` (see :class:`LeasedBlocks`)."""
+    return StagedBlocks(LeasedBlocks(blocks, handle))
 
 
 class ReaderLeaseKeeper:
@@ -120,7 +198,16 @@ class ReaderLeaseKeeper:
                 self.renew(handle)
 
     def renew(self, handle: ReaderLease) -> None:
-        """Renew one lease; recover it with a new one if it lapsed, or mark it lapsed."""
+        """Renew one lease; recover it with a new one if it lapsed, or mark it lapsed.
+
+        Called by the renewing thread and by a read that finds the lease past its
+        expiry (:meth:`ReaderLease.check`): one at a time per lease.
+        """
+        with handle._renewing:
+            if handle.lapsed is None and not handle.released:
+                self._renew(handle)
+
+    def _renew(self, handle: ReaderLease) -> None:
         lease = handle.lease
         try:
             handle._box[0] = self.leases.renew(lease, self.ttl)

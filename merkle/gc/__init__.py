@@ -90,10 +90,16 @@ def set_retention(
     grace: timedelta | str | None = None,
     wait: float = 60.0,
 ) -> Policy:
-    """Store the lake's default retention, or ``db``'s override (both None: remove it).
+    """Store the lake's default retention, or ``db``'s override, and the grace period.
 
-    With ``db`` and neither limit, the database's override is removed and the
-    lake default applies to it again. ``grace`` sets the lake's grace period.
+    A call changes only what it names. The retention is ``keep_versions`` and
+    ``keep_within`` together: naming either sets both (the one left out is no
+    limit of its kind), for ``db`` or for the lake default. ``grace`` sets the
+    lake's grace period and leaves every retention as it is. A call that names
+    neither limit nor ``grace`` clears the limits: with ``db`` it removes the
+    database's override (the lake default applies to it again), without it the
+    lake default keeps every version again. (``grace`` alone once did that too,
+    and the next collection trimmed what the override had kept.)
 
     The policy is one object changed by reading and writing it back, so the
     change is made holding the GC lock: two calls at once each keep their
@@ -115,10 +121,11 @@ def set_retention(
         check_db_name(db)  # before the lock: bad arguments write nothing
     with conn.leases.acquire_gc_lock(_POLICY_LOCK_TTL, wait_timeout=float(wait)) as lock:
         policy = load_policy(conn.store)
-        if db is None:
-            policy = policy.with_default(retention)
-        else:
-            policy = policy.with_database(db, None if retention.keeps_everything else retention)
+        if not retention.keeps_everything or new_grace is None:  # a limit, or nothing, named
+            if db is None:
+                policy = policy.with_default(retention)
+            else:
+                policy = policy.with_database(db, None if retention.keeps_everything else retention)
         if new_grace is not None:
             policy = Policy(policy.default, policy.databases, new_grace)
         lock.ensure_held()  # still ours: no collection or other call came in between

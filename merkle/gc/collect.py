@@ -50,9 +50,11 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from merkle.blocks.cid import CID
+from merkle.db.closed import closed_error
 from merkle.db.inputs import check_flag
 from merkle.errors import NotFoundError, StorageError, UsageError
 from merkle.gc.fanout import Fanout, Progress
+from merkle.gc.locking import take_gc_lock
 from merkle.gc.mark import Marker
 from merkle.gc.policy import Policy, Retention, load_policy, parse_duration
 from merkle.gc.report import DatabaseReport, GCReport
@@ -342,6 +344,8 @@ def gc(
     the marking, listing and deleting elsewhere (e.g. on Spark, see
     :mod:`merkle.gc.fanout`); the protocol and its outcome are the same.
     """
+    if conn.closed:
+        raise closed_error(conn.uri)
     dry_run = check_flag(dry_run, "gc(dry_run=)")
     writer_wait = _seconds(writer_wait, "gc(writer_wait=)", zero=True)
     lock_ttl = _seconds(lock_ttl, "gc(lock_ttl=)", zero=False)
@@ -380,7 +384,7 @@ def gc(
     if dry_run:
         _collect(run, listed, None, writer_wait, tell)
     else:
-        lock = conn.leases.acquire_gc_lock(lock_ttl, wait_timeout=writer_wait)
+        lock = take_gc_lock(conn, lock_ttl, writer_wait, tell)  # says a wait for another
         if lock.replaced is not None:
             old = lock.replaced
             timing = conn.leases.timing

@@ -48,7 +48,9 @@ POLICY_TYPE = "merkle/gc-policy"
 DEFAULT_GRACE = timedelta(hours=1)
 
 _UNITS = {"w": 604800, "d": 86400, "h": 3600, "m": 60, "s": 1}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)([wdhms])")
+#: A number and the letters after it; which letters are a unit is decided below.
+_PART = re.compile(r"(\d+(?:\.\d+)?)([a-zA-Z]*)")
+_FORMAT = "use a number and a unit (w, d, h, m, s), e.g. 7d, 1h30m, 45s"
 #: The longest duration accepted: 36500 days (100 years). Longer ones meant
 #: "forever" and would overflow the dates GC computes (``now - keep_within``);
 #: keeping every version is the default, and a grace this long never deletes.
@@ -58,7 +60,9 @@ MAX_DURATION = timedelta(days=36500)
 def parse_duration(text: str | timedelta, what: str = "a duration") -> timedelta:
     """``"7d"``, ``"1h30m"``, ``"45s"``, ``"2w"`` (or a timedelta) as a timedelta.
 
-    ``what`` names the option in errors (``"grace"``, ``"keep_within"``). A
+    ``what`` names the option in errors (``"grace"``, ``"keep_within"``). Units are
+    ``w``, ``d``, ``h``, ``m``, ``s``, lower case only, each at most once: ``6M``
+    (months? minutes?) and ``7D`` are refused, as is ``1h1h`` (a typo, not 2h). A
     duration longer than :data:`MAX_DURATION` is a UsageError saying so.
     """
     if isinstance(text, timedelta):
@@ -67,27 +71,53 @@ def parse_duration(text: str | timedelta, what: str = "a duration") -> timedelta
         return _check_range(text.total_seconds(), text, what)
     if not isinstance(text, str) or not text.strip():
         raise UsageError(f"{what} must be a duration, text like '7d' or '1h30m', got {text!r}")
-    spec = text.strip().lower()
-    pos, seconds = 0, 0.0
-    for match in _DURATION.finditer(spec):
+    spec = text.strip()
+    pos, seconds, seen = 0, 0.0, set()
+    for match in _PART.finditer(spec):
         if match.start() != pos:
             break
-        seconds += float(match.group(1)) * _UNITS[match.group(2)]
+        number, unit = match.groups()
+        if unit not in _UNITS:
+            raise UsageError(_bad_unit(text, what, number, unit))
+        if unit in seen:
+            raise UsageError(
+                f"bad duration {text!r} for {_named(what)}: it gives the unit {unit!r} more "
+                "than once; give each unit once, largest first (e.g. 2h, 1h30m, 7d12h)"
+            )
+        seen.add(unit)
+        seconds += float(number) * _UNITS[unit]
         pos = match.end()
     if pos != len(spec) or pos == 0:
-        raise UsageError(
-            f"bad duration {text!r} for {what}: use a number and a unit (w, d, h, m, s), "
-            "e.g. 7d, 1h30m, 45s"
-        )
+        raise UsageError(f"bad duration {text!r} for {_named(what)}: {_FORMAT}")
     return _check_range(seconds, text, what)
+
+
+def _named(what: str) -> str:
+    """An option as errors name it: ``keep_within (--keep-within)`` for the API's and
+    the command line's options alike."""
+    return f"{what} (--{what.replace('_', '-')})" if what in ("grace", "keep_within") else what
+
+
+def _bad_unit(text: str, what: str, number: str, unit: str) -> str:
+    """Why ``unit`` (after ``number``) is no unit of a duration, and what to write."""
+    head = f"bad duration {text!r} for {_named(what)}"
+    if unit == "M":
+        return (
+            f"{head}: 'M' is not a unit (months? minutes?): write {number}m for minutes; "
+            f"months are not a unit, write days (e.g. 180d for six months)"
+        )
+    if unit.lower() in _UNITS:
+        return f"{head}: units are lower case: write {number}{unit.lower()}, not {number}{unit}"
+    if not unit:
+        return f"{head}: {number} has no unit; {_FORMAT}"
+    return f"{head}: {unit!r} is not a unit; {_FORMAT}"
 
 
 def _check_range(seconds: float, given: object, what: str) -> timedelta:
     if not seconds <= MAX_DURATION.total_seconds():  # also refuses inf and nan
-        option = f" (--{what.replace('_', '-')})" if what in ("grace", "keep_within") else ""
         advice = "; leave keep_within unset to keep every version" if what == "keep_within" else ""
         raise UsageError(
-            f"{what}{option} is too long: {given!s} is more than the largest accepted, "
+            f"{_named(what)} is too long: {given!s} is more than the largest accepted, "
             f"{MAX_DURATION.days}d (100 years){advice}"
         )
     return timedelta(seconds=seconds)

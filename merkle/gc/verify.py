@@ -119,10 +119,8 @@ class _Origin:
         have trimmed it and freed its blocks since it was listed (a tag, deleted). A
         block another kept version shares is then not reported missing by this walk
         (it was reached from this origin only); the next verify or collection sees it."""
-        from merkle.db.connection import _still_kept
-
         if self.tag is None:
-            return _still_kept(conn.refs, conn.tag_refs, self.db, self.version, self.root)
+            return conn._still_kept(self.db, self.version, self.root)
         return any(t.name == self.tag and t.root == self.root for t in conn.tag_refs.list(self.db))
 
 
