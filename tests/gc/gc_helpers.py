@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from aging import backdate, settle
 
 import merkle
 from merkle.blocks.cid import CID, DAG_CBOR
@@ -21,8 +22,6 @@ from merkle.blocks.store import BLOCK_PREFIX
 from merkle.errors import NotFoundError
 from merkle.gc import journal_names
 from merkle.storage import ObjectStore
-from merkle.storage.file import FileStore
-from merkle.storage.memory import MemoryStore
 
 __all__ = [
     "FakeClock",
@@ -34,6 +33,7 @@ __all__ = [
     "objects",
     "reachable",
     "reachable_from_journals",
+    "settle",
 ]
 
 
@@ -112,22 +112,6 @@ def same_dump(
     if sorted(a) != sorted(b):
         return False
     return all(a[n][0].equals(b[n][0]) and a[n][1] == b[n][1] for n in a)
-
-
-def backdate(store: ObjectStore, keys: Iterable[str], mtime: float) -> None:
-    """Set the modification time of ``keys`` on any test backend (no sleeping needed)."""
-    keys = list(keys)
-    if isinstance(store, (MemoryStore, FileStore)):
-        for key in keys:
-            store.set_mtime(key, mtime)
-        return
-    from s3faults import set_moto_mtime
-
-    from merkle.storage.s3 import S3Store
-
-    assert isinstance(store, S3Store), f"cannot backdate objects on {store!r}"
-    for key in keys:
-        set_moto_mtime(store, key, mtime)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from gc_helpers import (
     missing_blocks,
     reachable,
     same_dump,
+    settle,
 )
 
 import merkle
@@ -34,6 +35,7 @@ def test_clones_keep_shared_blocks_after_the_source_is_dropped(lake: Lake) -> No
         }
         clone_roots = [old_clone.root, head_clone.root, by_root.root]
         assert clone_roots == [src[2].root, src[-1].root, src[3].root]  # O(1): shared roots
+        settle(conn)
     with connect(lake) as conn:
         everything = block_keys(conn.store)
         shared = reachable(conn.store, clone_roots)

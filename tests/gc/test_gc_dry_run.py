@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from conftest import Lake
-from gc_helpers import backdate, block_keys, build_history, connect, objects, reachable
+from gc_helpers import backdate, block_keys, build_history, connect, objects, reachable, settle
 
 import merkle
 from merkle.blocks.store import BLOCK_PREFIX
@@ -163,6 +163,7 @@ def test_a_dry_run_on_the_connection_that_just_committed_agrees_with_the_real_ru
 ) -> None:
     with connect(lake) as conn:
         build_history(conn, commits=4)
+        settle(conn)
         dry = merkle.gc(conn, dry_run=True, keep_versions=1, grace="0s")
         real = merkle.gc(conn, keep_versions=1, grace="0s")
         assert real.blocks_freed > 0

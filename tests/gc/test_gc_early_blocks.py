@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import pytest
 from conftest import Lake
-from gc_helpers import connect, missing_blocks
+from gc_helpers import connect, missing_blocks, settle
 from test_gc_fencing import STALLS, Pause, ahead
 from test_gc_writer_leases import WAIT, CommitThread
 
@@ -122,6 +122,7 @@ def test_a_raced_commit_retired_before_it_returns_still_reports_its_commit(
         # Before the writer re-checks its blocks: the table is dropped, and retention
         # (one version) trims the raced version, so a second collection sweeps them.
         other.open_db("shop").drop_table(raced.table).commit(message="drop")
+        settle(collector)  # the raced blocks are as old as the grace (S3: whole seconds)
         second = merkle.gc(collector, keep_versions=1, grace="0s", writer_wait=0)
         assert set(second.freed) & raced.blocks
         landed = raced.finish()  # no error: the commit landed, and was retired since
