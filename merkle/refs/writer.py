@@ -38,7 +38,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from merkle.errors import CommitIndeterminateError
+from merkle.errors import CommitIndeterminateError, UsageError
 from merkle.refs.entry import JournalEntry, entry_key
 from merkle.refs.errors import LockHeldError
 from merkle.refs.gclock import newest_generation, read_generation, read_lock
@@ -113,7 +113,10 @@ class WriterSession:
         """
         with self._lock:
             if self._closed:
-                raise RuntimeError("the connection is closed")
+                raise UsageError(
+                    f"the connection to {self.leases.store.uri} is closed: connect again "
+                    "(merkle.connect) to write"
+                )
             lock = read_lock(self.leases.store)
             generation = -1 if lock is None else lock.generation
             held = lock is not None and lock.held(self.leases.timing)
@@ -154,7 +157,10 @@ class WriterSession:
         with self._lock:
             if self._closed:
                 self._release_quietly(lease)
-                raise RuntimeError("the connection is closed")
+                raise UsageError(
+                    f"the connection to {self.leases.store.uri} is closed: connect again "
+                    "(merkle.connect) to write"
+                )
             if self._lease is None:
                 self._lease = lease
             else:
