@@ -24,6 +24,7 @@ under one writer lease taken before the first block is written.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import heapq
 import itertools
@@ -62,10 +63,10 @@ from merkle.spark.jobs import (
     commit_job,
     prepared,
     run_groups,
-    start_job,
 )
 from merkle.spark.lake import hold_lease, open_lake
-from merkle.spark.options import DEFAULT_LEASE_TTL, WriteOptions, lake_ref
+from merkle.spark.options import DRIVER_LEASE_TTL, WriteOptions, lake_ref
+from merkle.spark.planning import start_job
 from merkle.spark.shuffle import pack_groups, partition_tags
 from merkle.spark.zones import session_zone
 from merkle.tablets.bulk import TabletInfo, WriteGroup, encode_keys, merge_leaves, route
@@ -98,7 +99,7 @@ def write(
     mode: str = "append",
     key_codec: str | None = None,
     rows_per_task: int | None = None,
-    lease_ttl: float = DEFAULT_LEASE_TTL,
+    lease_ttl: float | None = None,
     **options: Any,
 ) -> Database:
     """Upsert ``df``'s rows into ``table`` by key (``mode="overwrite"``: replace its rows).
@@ -106,12 +107,13 @@ def write(
     ``key`` names the key field when the table does not exist yet (it is
     created); ``options`` are store options (``endpoint_url=...``). Returns
     the committed database. See the module doc for how it runs.
+    ``lease_ttl``: seconds the job's writer lease outlives its last renewal
+    (default :data:`~merkle.spark.options.DRIVER_LEASE_TTL`, an ordinary writer's).
     """
     if mode.lower() not in ("append", "overwrite"):  # any case, as Spark's own modes
         raise UsageError(f"mode must be 'append' or 'overwrite', got {mode!r}")
-    opts = WriteOptions(
-        lake_ref(lake, options), db, table, key, key_codec, message, author, lease_ttl
-    )
+    ttl = DRIVER_LEASE_TTL if lease_ttl is None else lease_ttl
+    opts = WriteOptions(lake_ref(lake, options), db, table, key, key_codec, message, author, ttl)
     with raised_as_merkle_errors():
         return _run(df, opts, "replace" if mode.lower() == "overwrite" else "upsert", rows_per_task)
 
@@ -126,11 +128,12 @@ def delete(
     author: str | None = None,
     *,
     rows_per_task: int | None = None,
-    lease_ttl: float = DEFAULT_LEASE_TTL,
+    lease_ttl: float | None = None,
     **options: Any,
 ) -> Database:
     """Delete the records whose keys ``keys_df`` holds (its key-named column, or its only one)."""
-    opts = WriteOptions(lake_ref(lake, options), db, table, None, None, message, author, lease_ttl)
+    ttl = DRIVER_LEASE_TTL if lease_ttl is None else lease_ttl
+    opts = WriteOptions(lake_ref(lake, options), db, table, None, None, message, author, ttl)
     conn = open_lake(opts.lake)
     stored = committed_table(conn.open_db(db), table)
     fields = list(stored.key.fields)
@@ -153,56 +156,54 @@ def delete(
 
 def _run(df: DataFrame, opts: WriteOptions, mode: str, rows_per_task: int | None) -> Database:
     spark = df.sparkSession
-    job, base = start_job(
-        opts,
-        df.schema,
-        mode,
-        case_sensitive=case_sensitive(spark),
-        time_zone=session_zone(spark),
-    )
-    names = job.columns  # the DataFrame's columns, spelled as the table's fields
-    try:
+    with contextlib.ExitStack() as held:  # the writer lease: kept renewed here, then released
+        job, base = start_job(
+            opts,
+            df.schema,
+            mode,
+            case_sensitive=case_sensitive(spark),
+            time_zone=session_zone(spark),
+            keep=held,
+        )
+        names = job.columns  # the DataFrame's columns, spelled as the table's fields
         plain = _plain(df)
-        with hold_lease(opts.lake, job.lease, opts.lease_ttl):
-            limit = base.table.spec.limits.tablet_size
-            parallelism = max(1, spark.sparkContext.defaultParallelism)
-            key = base.table.key.fields
-            results = None
-            if (
-                job.mode == "replace"
-                and len(key) == 1
-                and _ordered_like_spark(
-                    base.table,
-                    to_arrow_type(df.schema.fields[names.index(key[0])].dataType, timezone="UTC"),
-                )
-            ):
-                partitions = max(2 * parallelism, df.rdd.getNumPartitions())
-                order = _range_column(plain, names.index(key[0]))
-                results = _write_ranged(plain, names, job, order, partitions)
-                if _overlapping(results):
-                    results = None  # Spark's order was not the codec's: route the rows instead
-            if results is None:
-                if job.mode == "delete":
-                    rows = [0] * len(job.groups)
-                else:
-                    rows, samples = _sample(plain, names, job)
-                    new = sum(rows)
-                    per_task = max(1, min(10, math.ceil(new / (limit * 2 * parallelism))))
-                    job, rows = _split(job, rows, samples, rows_per_task or per_task * limit)
-                weights = _weights(job, rows)
-                per_task = max(1, min(10, math.ceil(sum(weights) / (limit * 2 * parallelism))))
-                markers = bool(base.table.root.pending) and job.mode != "replace"
-                target = rows_per_task or per_task * limit
-                results = _write(plain, names, job, weights, target, markers)
-            return commit_job(
-                job,
-                results,
-                message=opts.message,
-                author=opts.author,
-                merges=functools.partial(_spark_merges, spark),
+        limit = base.table.spec.limits.tablet_size
+        parallelism = max(1, spark.sparkContext.defaultParallelism)
+        key = base.table.key.fields
+        results = None
+        if (
+            job.mode == "replace"
+            and len(key) == 1
+            and _ordered_like_spark(
+                base.table,
+                to_arrow_type(df.schema.fields[names.index(key[0])].dataType, timezone="UTC"),
             )
-    finally:
-        open_lake(opts.lake).leases.release(job.lease)
+        ):
+            partitions = max(2 * parallelism, df.rdd.getNumPartitions())
+            order = _range_column(plain, names.index(key[0]))
+            results = _write_ranged(plain, names, job, order, partitions)
+            if _overlapping(results):
+                results = None  # Spark's order was not the codec's: route the rows instead
+        if results is None:
+            if job.mode == "delete":
+                rows = [0] * len(job.groups)
+            else:
+                rows, samples = _sample(plain, names, job)
+                new = sum(rows)
+                per_task = max(1, min(10, math.ceil(new / (limit * 2 * parallelism))))
+                job, rows = _split(job, rows, samples, rows_per_task or per_task * limit)
+            weights = _weights(job, rows)
+            per_task = max(1, min(10, math.ceil(sum(weights) / (limit * 2 * parallelism))))
+            markers = bool(base.table.root.pending) and job.mode != "replace"
+            target = rows_per_task or per_task * limit
+            results = _write(plain, names, job, weights, target, markers)
+        return commit_job(
+            job,
+            results,
+            message=opts.message,
+            author=opts.author,
+            merges=functools.partial(_spark_merges, spark),
+        )
 
 
 def _weights(job: WriteJob, rows: list[int]) -> list[int]:

@@ -22,15 +22,27 @@ from pyspark.sql.types import StructField, StructType
 from merkle.errors import UsageError
 from merkle.spark.options import WriteOptions
 
-__all__ = ["case_sensitive", "match_case"]
+__all__ = ["CASE_CONF", "case_sensitive", "match_case"]
+
+
+#: Spark's setting for matching names with or without regard to case.
+CASE_CONF = "spark.sql.caseSensitive"
 
 
 def case_sensitive(spark: SparkSession | None) -> bool:
-    """Whether ``spark`` (None: the active session, if any) tells names apart by case."""
+    """Whether ``spark`` tells names apart by case. None: the active session; in a Spark
+    task, which has none, the setting as Spark hands it to tasks (as a local property,
+    like the session time zone); elsewhere (a data source's planner) Spark's default, off.
+    """
     session = spark if spark is not None else SparkSession.getActiveSession()
-    if session is None:
-        return False  # Spark's default
-    return str(session.conf.get("spark.sql.caseSensitive", "false")).lower() == "true"
+    if session is not None:
+        setting = session.conf.get(CASE_CONF, "false")
+    else:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        setting = context.getLocalProperty(CASE_CONF) if context is not None else None
+    return str(setting or "false").strip().lower() == "true"
 
 
 def match_case(

@@ -13,8 +13,9 @@ cancelled job leaves the head as it was and only unreferenced blocks behind.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,12 +27,11 @@ from merkle.blocks.cid import CID
 from merkle.db.bulk import committed_table, lake_tables, replace_table, table_root
 from merkle.db.connection import Connection
 from merkle.db.database import Database
-from merkle.errors import ConflictError, UsageError
-from merkle.refs import Lease, WriterTicket
-from merkle.spark.casing import match_case
+from merkle.errors import ConflictError, SchemaError, UsageError
+from merkle.refs import Lease, LeaseExpiredError, WriterTicket
 from merkle.spark.lake import hold_lease, open_lake, renewed_lease
 from merkle.spark.options import LakeRef, WriteOptions
-from merkle.spark.types import ENCODING, cbor_fields_of, from_spark
+from merkle.spark.types import ENCODING, from_spark
 from merkle.spark.zones import task_zone, zoned_like
 from merkle.tablets.bulk import (
     TabletInfo,
@@ -39,7 +39,6 @@ from merkle.tablets.bulk import (
     encode_keys,
     key_column,
     merge_leaves,
-    plan_groups,
     plan_merges,
     rewrite_group,
     route,
@@ -68,7 +67,6 @@ __all__ = [
     "plan_base",
     "prepared",
     "run_groups",
-    "start_job",
     "table_settings",
 ]
 
@@ -180,7 +178,7 @@ def run_groups(
     and marker rows (no data) name groups to visit even without rows;
     otherwise each row's group is found from its key.
     """
-    with hold_lease(job.lake, job.lease, job.lease_ttl):
+    with hold_lease(job.lake, job.lease, job.lease_ttl), _naming(job.table):
         table = job.open_table()
         starts = [g.lo for g in job.groups[1:] if g.lo is not None]
         parts: list[pa.Table] = []
@@ -226,6 +224,17 @@ def run_groups(
             part = rows.slice(a, b - a) if b > a else empty
             results.append(_rebuild(job, table, job.groups[index], part, pending))
         return results
+
+
+@contextlib.contextmanager
+def _naming(table: str) -> Iterator[None]:
+    """A SchemaError raised within names ``table``, as the Python API's do."""
+    try:
+        yield
+    except SchemaError as exc:
+        if str(exc).startswith("table "):
+            raise
+        raise SchemaError(f"table {table!r}: {exc}") from None
 
 
 def _rebuild(
@@ -358,7 +367,15 @@ def commit_job(
         job.lease.gc_generation,
         renewed=lambda: conn.leases.current(renewed_lease(job.lease)),
     )
-    return db.commit(message=message, author=author, ticket=ticket)
+    try:
+        return db.commit(message=message, author=author, ticket=ticket)
+    except LeaseExpiredError as exc:  # nothing was put: the tasks' blocks may be gone
+        raise LeaseExpiredError(
+            f"the write to table {job.table!r} of database {job.db!r} lost its writer lease "
+            f"before its commit ({exc}): nobody renewed it for {job.lease_ttl:g}s (the driver "
+            "stalled?), so garbage collection may have removed the tablets its tasks wrote; "
+            "nothing was committed: run the write again"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -460,58 +477,3 @@ def table_settings(
             [to_arrow_type(schema[field].dataType, timezone="UTC") for field in fields]
         )
     return TableSettings(fields, codec.spec)
-
-
-def start_job(
-    opts: WriteOptions,
-    schema: StructType,
-    mode: str,
-    *,
-    case_sensitive: bool,
-    time_zone: str | None = None,
-) -> tuple[WriteJob, Base]:
-    """Plan a write of rows of ``schema`` on the head of ``opts.db``.
-
-    Takes the job's writer lease (the caller releases it when the job ends)
-    before the first block is written. A table that does not exist is
-    planned for creation, its rows replacing nothing (mode "replace").
-    ``case_sensitive``: Spark's ``spark.sql.caseSensitive``; when off, the
-    columns take the spelling of the fields they match (:mod:`merkle.spark.casing`),
-    and :attr:`WriteJob.columns` holds the names the rows are written under.
-    ``time_zone``: Spark's session time zone (None: tasks read it from their context).
-    """
-    conn = open_lake(opts.lake)
-    db = conn.open_db(opts.db)
-    committed = committed_table(db, opts.table) if has_table(db, opts.table) else None
-    fields = None
-    if committed is not None:
-        fields = committed.schema.names if committed.schema is not None else committed.key.fields
-    opts, schema = match_case(opts, schema, fields, sensitive=case_sensitive)
-    existing = committed.key.fields if committed is not None else None
-    create = table_settings(opts, schema, existing)
-    if create is not None:
-        mode = "replace"
-    lease = conn.leases.acquire_writer(opts.lease_ttl, db=opts.db)
-    try:
-        base = plan_base(conn, db, opts.table, lease, create, schema)
-        whole = (WriteGroup(0, None, None, None),)
-        job = WriteJob(
-            lake=opts.lake,
-            lease=lease,
-            lease_ttl=opts.lease_ttl,
-            db=opts.db,
-            table=opts.table,
-            base_version=db.version,
-            table_root=base.root,
-            based_on=base.based_on,
-            groups=whole if mode == "replace" else tuple(plan_groups(base.table)),
-            mode=mode,
-            create=create,
-            cbor_fields=cbor_fields_of(schema),
-            columns=tuple(schema.fieldNames()),
-            time_zone=time_zone,
-        )
-    except BaseException:
-        conn.leases.release(lease)
-        raise
-    return job, base

@@ -8,7 +8,11 @@ caches) are kept per worker process and per lake, and closed at exit.
 Leases: the driver takes one reader or writer lease per query; every task
 that reads or writes under it renews it while it runs (a background thread
 per worker renews all leases some running task holds), so the lease lives as
-long as the job does and expires ``ttl`` seconds after its last task.
+long as the job does and expires ``ttl`` seconds after its last task. The
+driver of ``merkle.spark.write`` and ``delete`` holds its writer lease the same
+way (:func:`hold_lease`) from the moment it takes it to the end of the job, so
+that lease can be as short as an ordinary writer's: it lapses ``ttl`` seconds
+after the driver dies, not ``ttl`` seconds after the last task of a long job.
 """
 
 from __future__ import annotations
@@ -65,7 +69,10 @@ class _Renewer:
             count = found[3] if found else 0
             if count == 0:
                 current = _renew(lake, current, ttl)  # also proves it has not expired
+            shortest = min((held[2] for held in self.held.values()), default=ttl)
             self.held[lease.id] = (lake, current, ttl, count + 1)
+            if ttl < shortest:  # the loop sleeps for a longer lease's quarter: wake it
+                self.wake.set()
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(
                     target=self.loop, name="merkle-spark-leases", daemon=True
@@ -93,6 +100,7 @@ class _Renewer:
                     return
                 wait = min(ttl for _, _, ttl, _ in self.held.values()) / 4
             self.wake.wait(wait)
+            self.wake.clear()  # a lease entered from here on is in the items below
             with self.lock:
                 items = list(self.held.items())
             for lease_id, (lake, lease, ttl, _) in items:

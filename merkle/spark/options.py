@@ -16,12 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from merkle.errors import UsageError
+from merkle.refs.writer import DEFAULT_WRITER_TTL
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.keytext import key_from_text
 
 __all__ = [
     "DEFAULT_LEASE_TTL",
     "DEFAULT_PARTITION_BYTES",
+    "DRIVER_LEASE_TTL",
     "MIN_PARTITION_BYTES",
     "OWN_OPTIONS",
     "LakeRef",
@@ -39,6 +41,10 @@ DEFAULT_PARTITION_BYTES = 128 << 20
 MIN_PARTITION_BYTES = 4 << 20
 #: Seconds a read's or write's lease lives without a running task renewing it.
 DEFAULT_LEASE_TTL = 900.0
+#: Seconds the writer lease of ``merkle.spark.write`` and ``delete`` lives without being
+#: renewed: an ordinary writer's (its driver renews it while the job runs, so a killed
+#: driver holds a garbage collection up about as long as a killed writer does).
+DRIVER_LEASE_TTL = DEFAULT_WRITER_TTL
 
 OWN_OPTIONS = frozenset(
     {
@@ -47,6 +53,7 @@ OWN_OPTIONS = frozenset(
         "table",
         "version",
         "at",
+        "tag",
         "key",
         "key_codec",
         "message",
@@ -131,6 +138,7 @@ class ReadOptions:
     version: int | None
     at: datetime.datetime | None
     fields: tuple[str, ...] | None
+    tag: str | None
     mixed: str
     from_pk: str | None
     to_pk: str | None
@@ -146,8 +154,14 @@ def read_options(options: Mapping[str, str]) -> ReadOptions:
         _need(options, "lake")
     version = options.get("version")
     at_text = options.get("at")
-    if version is not None and at_text is not None:
-        raise UsageError("pass the option 'version' or 'at', not both")
+    tag = options.get("tag")
+    given = [name for name, value in (("version", version), ("at", at_text), ("tag", tag)) if value]
+    if len(given) > 1:
+        raise UsageError(
+            f"pass one of the options 'version', 'at' and 'tag', not {' and '.join(given)}"
+        )
+    if tag is not None and not str(tag).strip():
+        raise UsageError("option 'tag' must name a tag of the database (see conn.tags(db))")
     at = None
     if at_text is not None:
         try:
@@ -175,6 +189,7 @@ def read_options(options: Mapping[str, str]) -> ReadOptions:
         version=None if version is None else _number("version", str(version), int, 0),
         at=at,
         fields=fields,
+        tag=None if tag is None else str(tag),
         mixed=mixed,
         from_pk=options.get("from_pk"),
         to_pk=options.get("to_pk"),

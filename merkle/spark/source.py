@@ -86,7 +86,7 @@ class MerklePartition(InputPartition):
 
 def _resolve(read: ReadOptions) -> _Resolved:
     conn = open_lake(read.lake)
-    db = conn.open_db(read.db, version=read.version, at=read.at)
+    db = conn.open_db(read.db, version=read.version, at=read.at, tag=read.tag)
     table = committed_table(db, read.table)
     if table.codec is None:
         raise UsageError(
@@ -231,13 +231,14 @@ def _lease_version(read: ReadOptions, resolved: _Resolved) -> Lease:
     """A reader lease on the resolved version, taken before the read is planned.
 
     As ``open_db(lease=True)`` does: lease first, then check that the version
-    is still in the journal, so a concurrent collection either sees the lease
-    or has trimmed the version (and the read stops here with a clear error).
+    is still kept (in the journal, or by a tag once retention trimmed its
+    slot), so a concurrent collection either sees the lease or has removed the
+    version (and the read stops here with a clear error).
     """
     conn = open_lake(read.lake)
     lease = conn.leases.acquire_reader(read.db, resolved.version, resolved.db_root, read.lease_ttl)
     try:
-        kept = conn.refs.get(read.db, resolved.version).root == resolved.db_root
+        kept = conn._still_kept(read.db, resolved.version, resolved.db_root)
     except NotFoundError:
         kept = False
     if not kept:

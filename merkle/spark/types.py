@@ -62,6 +62,8 @@ _VARIANT_FIELDS = [
     pa.field("metadata", pa.binary(), nullable=False, metadata={b"variant": b"true"}),
 ]
 _NUMERIC = ("byte", "short", "integer", "long", "float", "double", "decimal")
+#: The most digits Spark's DECIMAL holds.
+SPARK_DECIMAL_DIGITS = 38
 #: Spark's type for an unsigned integer of each width: the narrowest that holds every value.
 _UNSIGNED: dict[int, DataType] = {
     8: ShortType(),
@@ -82,12 +84,56 @@ def _spark_type(field: pa.Field, mixed: str, table: str) -> tuple[DataType, dict
     if pa.types.is_unsigned_integer(kind):
         return _UNSIGNED[kind.bit_width], {}  # Spark has none: the next signed type holds all
     try:
-        return from_arrow_type(kind), {}
+        spark = from_arrow_type(_holding_type(kind))
     except Exception as exc:  # pyspark raises its own error types
         raise UsageError(
             f"field {field.name!r} of table {table!r} has Arrow type {field.type}, which "
             f"Spark cannot represent ({exc})"
         ) from None
+    wide = _wide_decimal(spark)
+    if wide is not None:  # pyspark maps it, and Spark then fails in the JVM
+        raise UsageError(
+            f"field {field.name!r} of table {table!r} has Arrow type {field.type}, which "
+            f"Spark cannot represent (a decimal of {wide.precision} digits: Spark's DECIMAL "
+            f"holds at most {SPARK_DECIMAL_DIGITS})"
+        )
+    return spark, {}
+
+
+def _holding_type(kind: pa.DataType) -> pa.DataType:
+    """``kind`` with each type pyspark's Arrow conversion lacks, at any depth, as one it has
+    that holds every value exactly (rows are cast to it when read): ``date64`` as
+    ``date32`` (DATE), ``float16`` as ``float32`` (FLOAT), ``string_view`` as ``string``."""
+    if pa.types.is_date64(kind):
+        return pa.date32()
+    if pa.types.is_float16(kind):
+        return pa.float32()
+    if pa.types.is_string_view(kind):
+        return pa.string()
+    if pa.types.is_struct(kind):
+        return pa.struct([f.with_type(_holding_type(f.type)) for f in kind])
+    if pa.types.is_map(kind):
+        key, item = kind.key_field, kind.item_field
+        return pa.map_(
+            key.with_type(_holding_type(key.type)), item.with_type(_holding_type(item.type))
+        )
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        value = kind.value_field.with_type(_holding_type(kind.value_type))
+        return pa.list_(value) if pa.types.is_list(kind) else pa.large_list(value)
+    return kind
+
+
+def _wide_decimal(kind: DataType) -> DecimalType | None:
+    """The first decimal in ``kind`` (at any depth) wider than Spark's, or None."""
+    if isinstance(kind, DecimalType):
+        return kind if kind.precision > SPARK_DECIMAL_DIGITS else None
+    if isinstance(kind, ArrayType):
+        return _wide_decimal(kind.elementType)
+    if isinstance(kind, MapType):
+        return _wide_decimal(kind.keyType) or _wide_decimal(kind.valueType)
+    if isinstance(kind, StructType):
+        return next((w for f in kind if (w := _wide_decimal(f.dataType)) is not None), None)
+    return None
 
 
 def spark_schema(
@@ -154,6 +200,12 @@ def check_schema(
     read as VARIANT, a mixed field as BINARY (its CBOR). UsageError names
     the first field that does not fit.
     """
+    names = asked.fieldNames()
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:  # Spark would fail deep in the JVM, reading the rows
+        raise UsageError(
+            f"the schema names field {repeated[0]!r} more than once: name each field once"
+        )
     by_name = {field.name: field for field in stored}
     for field in asked:
         found = by_name.get(field.name)

@@ -69,8 +69,10 @@ def fit_column(
     try:
         candidate = column.cast(target, safe=False)
         back = candidate.cast(source, safe=False)
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
-        # No exact cast kernel (int64 -> decimal128(10, 2), ...): convert value by value.
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, pa.ArrowTypeError):
+        # No exact cast kernel (int64 -> decimal128(10, 2), ...), or struct members Arrow
+        # cannot match (a NOT NULL member, as Spark's named_struct marks every member, that
+        # the other side lacks): convert value by value, which names the member at fault.
         return typed_array(name, column.to_pylist(), target, key_of, key_field=key_field)
     try:
         _checked_cast(column, target)
@@ -84,8 +86,12 @@ def fit_column(
             _refuse_unchecked(column, target, place)
         return candidate
     before, after = column.to_pylist(), back.to_pylist()
+    lost = loss_check(target)
     for position, (a, b) in enumerate(zip(before, after, strict=True)):
         if a != b and not (a != a and b != b):  # NaN equals NaN here
+            reason = None if lost is None or a is None else lost(a)
+            if reason:  # a struct member the field lacks, say: as typed_array names it
+                raise place.misfit(a, position, reason)
             raise SchemaError(
                 f"{place.what} {name!r} is {target}: the value {show_value(a)} of "
                 f"{place.record(position)} does not fit it exactly (it would become "
@@ -157,6 +163,15 @@ class _Place:
         return (
             "convert the data, or change the field (alter_schema) or declare it "
             f"schema-free (alter_schema(table, free=[{self.name!r}]))"
+        )
+
+    def misfit(self, value: Any, position: int, reason: object) -> SchemaError:
+        """The error for ``value`` (of the row at ``position``), which ``reason`` says
+        the field cannot hold."""
+        return SchemaError(
+            f"{self.what} {self.name!r} is {self.target}: the value {show_value(value)} "
+            f"({type(value).__name__}) of {self.record(position)} "
+            f"does not fit it ({reason}): {self.way_out()}"
         )
 
     def way_out(self) -> str:
@@ -257,10 +272,5 @@ def typed_array(
                 raise ValueError(reason)  # pyarrow would cut or round it without a word
             pa.array([value], type=target)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-            place = _Place(name, target, key_of, key_field)
-            raise SchemaError(
-                f"{place.what} {name!r} is {target}: the value {show_value(value)} "
-                f"({type(value).__name__}) of {place.record(position)} "
-                f"does not fit it ({exc}): {place.way_out()}"
-            ) from None
+            raise _Place(name, target, key_of, key_field).misfit(value, position, exc) from None
     raise SchemaError(f"field {name!r} is {target}: its values do not fit it")

@@ -154,6 +154,10 @@ def _struct_check(target: pa.StructType) -> Check:
         target.field(i).name: _member_check(target.field(i).type) for i in range(target.num_fields)
     }
 
+    required = [
+        target.field(i).name for i in range(target.num_fields) if not target.field(i).nullable
+    ]
+
     def check(value: Any) -> str | None:
         if not isinstance(value, dict):
             return None  # pyarrow refuses what is not a mapping
@@ -167,6 +171,9 @@ def _struct_check(target: pa.StructType) -> Check:
             lost = None if inner is None or member is None else inner(member)
             if lost:
                 return f"its member {name!r}: {lost}"
+        for name in required:  # pyarrow would store a null there without a word
+            if value.get(name) is None:
+                return f"it has no value for member {name!r}, which the struct marks NOT NULL"
         return None
 
     return check

@@ -66,13 +66,35 @@ def test_columns_spark_cannot_tell_apart_are_refused(
     assert table.open_db("s").version == 1  # nothing committed
 
 
+@pytest.mark.parametrize("how", ["write", "source"])
 def test_case_sensitive_sessions_keep_names_exact(
-    spark: Any, file_lake: Any, table: merkle.Connection
+    spark: Any, file_lake: Any, table: merkle.Connection, how: str
 ) -> None:
+    """Both write paths follow the session's setting. ``df.write.format`` is planned in a
+    process that sees no session: it took the setting for off, wrote a column ``Name``
+    into the field ``name`` and refused ``name`` beside ``NAME``, saying the setting was
+    off."""
+
+    def put(df: Any) -> None:
+        if how == "write":
+            merkle.spark.write(df, file_lake.uri, "s", "t")
+        else:
+            options = {"lake": file_lake.uri, "db": "s", "table": "t"}
+            df.coalesce(1).write.format("merkle").options(**options).mode("append").save()
+
+    twins = spark.createDataFrame([(3, "x", "X")], "id long, name string, NAME string")
     spark.conf.set(CASE, "true")
     try:
-        df = spark.createDataFrame([(2, "b")], "id long, Name string")
-        merkle.spark.write(df, file_lake.uri, "s", "t")
+        put(spark.createDataFrame([(2, "b")], "id long, Name string"))
+        put(twins)
     finally:
         spark.conf.unset(CASE)
-    assert table.open_db("s").to_arrow("t").schema.names == ["id", "name", "Name"]
+    db = table.open_db("s")
+    assert db.to_arrow("t").to_pylist() == [
+        {"id": 1, "name": "a", "Name": None, "NAME": None},
+        {"id": 2, "name": None, "Name": "b", "NAME": None},
+        {"id": 3, "name": "x", "Name": None, "NAME": "X"},
+    ]
+    with pytest.raises(Exception, match="'name' and 'NAME'"):
+        put(twins)  # the setting off again: Spark takes them for one name
+    assert table.open_db("s").version == db.version

@@ -17,13 +17,27 @@ What these guard, and what broke before:
   ``db.scan`` takes;
 - a column named ``a.b`` (or holding a backtick), a key field too:
   ``merkle.spark.write`` and ``delete`` failed with Spark's
-  UNRESOLVED_COLUMN, since Spark parsed the name as a struct path.
+  UNRESOLVED_COLUMN, since Spark parsed the name as a struct path;
+- the writer lease of ``merkle.spark.write`` lived ``lease_ttl`` (900 s)
+  past its last renewal, so a killed driver held every garbage collection
+  of the next 15 minutes up for 60 s and let it free nothing;
+- fields of type ``date64``, ``float16`` and ``string_view`` were refused as
+  "Spark cannot represent", and a ``tag`` read option as an unknown store
+  option; a ``decimal256`` wider than 38 digits failed in the JVM
+  (DECIMAL_PRECISION_EXCEEDS_MAX_PRECISION), a read schema naming a field
+  twice with 134 lines of Java stack.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
+import decimal
+import threading
+import time
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import Column, DataFrame
 from pyspark.sql.functions import col
@@ -31,7 +45,12 @@ from pyspark.sql.functions import col
 import merkle
 import merkle.spark
 import merkle.spark.bulk as bulk
+import merkle.spark.lake as lake_module
 from merkle.errors import UsageError
+from merkle.refs import LeaseExpiredError
+from merkle.refs.leases import _encode
+from merkle.refs.writer import DEFAULT_WRITER_TTL
+from merkle.spark.lake import renewed_lease
 from merkle.spark.options import parse_key
 from merkle.tablets.keys import key_codec
 
@@ -183,3 +202,114 @@ def test_dotted_and_backticked_column_names_write_and_delete(
     assert arrow_rows(gone.to_arrow("t")) == arrow_rows(
         expected.delete("t", [2, 4, 5]).to_arrow("t")
     )
+
+
+@pytest.mark.parametrize("lapse", [False, True])
+def test_a_write_holds_a_short_lease_its_driver_renews(
+    spark: Any, file_lake: Any, lake_conn: Any, monkeypatch: pytest.MonkeyPatch, lapse: bool
+) -> None:
+    """The job's writer lease lives an ordinary writer's TTL past its last renewal, and the
+    driver renews it until the commit; a lease that lapsed anyway lands no commit."""
+    conn = lake_conn(file_lake)
+    conn.create_db("d")
+    gate, stopped = threading.Lock(), []
+    renew = lake_module._renew
+
+    def driver_renews(*args: Any) -> Any:
+        with gate:  # once stopped, no renewal is under way or starts
+            if stopped:
+                raise UsageError("the driver stalled")
+            return renew(*args)
+
+    monkeypatch.setattr(lake_module, "_renew", driver_renews)
+    commit_job, commit, seen = bulk.commit_job, merkle.Database.commit, {}
+
+    def checked_commit_job(job: Any, *args: Any, **kwargs: Any) -> Any:
+        stored = conn.leases.current(job.lease)
+        seen.update(key=job.lease.key, ttl=job.lease_ttl, left=stored.expires - time.time())
+        seen["kept"] = renewed_lease(job.lease).expires > job.lease.expires  # by the driver
+        return commit_job(job, *args, **kwargs)
+
+    def lapsed_commit(db: Any, *args: Any, ticket: Any = None, **kwargs: Any) -> Any:
+        if ticket is not None:  # the job's commit: the driver stopped renewing, time ran out
+            with gate:
+                stopped.append(True)
+            expired = dataclasses.replace(ticket.current(), expires=time.time() - 60)
+            conn.store.put(ticket.lease.key, _encode(expired))
+        return commit(db, *args, ticket=ticket, **kwargs)
+
+    monkeypatch.setattr(bulk, "commit_job", checked_commit_job)
+    if lapse:
+        monkeypatch.setattr(merkle.Database, "commit", lapsed_commit)
+    df = spark.range(0, 50, 1, numPartitions=2).selectExpr("id", "id * 2 AS v")
+    if lapse:
+        with pytest.raises(LeaseExpiredError, match="nothing was committed: run the write again"):
+            merkle.spark.write(df, file_lake.uri, "d", "t", key="id")
+        assert conn.open_db("d").list_tables() == []
+    else:
+        done = merkle.spark.write(df, file_lake.uri, "d", "t", key="id")
+        assert done.to_arrow("t").num_rows == 50
+    assert seen["ttl"] == DEFAULT_WRITER_TTL  # before: lease_ttl, 900 s
+    assert 0 < seen["left"] <= DEFAULT_WRITER_TTL
+    assert seen["kept"]
+    assert not conn.store.exists(seen["key"])  # released at the end, landed or not
+
+
+def _odd_types(conn: merkle.Connection) -> merkle.Database:
+    rows = pa.table(
+        {
+            "k": pa.array([1, 2], pa.int64()),
+            "d": pa.array([datetime.date(2024, 1, 2), None], pa.date32()),
+            "f": pa.array([1.5, None], pa.float16()),
+            "s": pa.array(["x", None], pa.string_view()),
+            "l": pa.array([[0.25, None], None], pa.list_(pa.float16())),
+            "w": pa.array([decimal.Decimal("2.50"), None], pa.decimal256(20, 2)),
+            "big": pa.array([decimal.Decimal("1.5"), None], pa.decimal256(40, 2)),
+        }
+    )
+    db = conn.create_db("d").create_table("t", key="k").write("t", rows).commit()
+    conn.tag("d", "rel", version=db.version)
+    return db.alter_schema("t", widen={"d": pa.date64()}).write("t", [{"k": 3}]).commit()
+
+
+def test_types_spark_lacks_read_as_types_holding_them_and_a_tag_opens_its_version(
+    spark: Any, file_lake: Any, lake_conn: Any
+) -> None:
+    conn = lake_conn(file_lake)
+    db = _odd_types(conn)
+    fields = "d,f,s,l,w"
+    df = reader(spark, file_lake, "d", "t", fields=fields).load()
+    assert df.schema.simpleString() == (
+        "struct<k:bigint,d:date,f:float,s:string,l:array<float>,w:decimal(20,2)>"
+    )
+    got = [r.asDict() for r in df.orderBy("k").collect()]
+    assert got == db.to_arrow("t", fields=fields.split(",")).to_pylist()
+    tagged = reader(spark, file_lake, "d", "t", fields=fields, tag="rel").load()
+    assert [r["k"] for r in tagged.collect()] == [1, 2]  # the version the tag names
+    copied = df.selectExpr("k + 10 AS k", "d", "f", "s", "l", "w")
+    merkle.spark.write(copied, file_lake.uri, "d", "t")  # back into the same fields
+    after = conn.open_db("d")
+    assert after.describe_table("t")["schema"] == db.describe_table("t")["schema"]
+    again = after.to_arrow("t", from_pk=11, fields=fields.split(",")).to_pylist()
+    assert [{**r, "k": r["k"] - 10} for r in again] == got
+
+
+READ_ERRORS = [  # before: read as Spark's DECIMAL(40,2), then failed in the JVM
+    ({}, None, r"'big'.*decimal256\(40, 2\).*at most 38.*option 'fields' or a schema"),
+    ({"fields": "big"}, None, r"'big'.*at most 38.*leave it out of option 'fields'"),
+    ({}, "k long, big decimal(38,2)", r"'big'.*at most 38.*leave it out of the schema"),
+    ({}, "k long, f float, f float", "names field 'f' more than once"),  # before: 134 lines
+    ({"tag": "rel", "version": "0"}, None, "one of the options 'version', 'at' and 'tag'"),
+    ({"tag": "nope"}, None, "nope"),
+]
+
+
+@pytest.mark.parametrize(("options", "schema", "says"), READ_ERRORS)
+def test_reads_that_cannot_work_say_why(
+    spark: Any, file_lake: Any, lake_conn: Any, options: dict[str, str], schema: Any, says: str
+) -> None:
+    _odd_types(lake_conn(file_lake))
+    read = reader(spark, file_lake, "d", "t", **options)
+    with pytest.raises(Exception, match=says) as caught:
+        (read.schema(schema) if schema else read).load().collect()
+    assert "merkle.errors" in str(caught.value)
