@@ -313,3 +313,25 @@ def test_reads_that_cannot_work_say_why(
     with pytest.raises(Exception, match=says) as caught:
         (read.schema(schema) if schema else read).load().collect()
     assert "merkle.errors" in str(caught.value)
+
+
+@pytest.mark.parametrize("how", ["write", "source"])
+def test_a_key_given_twice_is_refused_and_nothing_is_committed(
+    spark: Any, file_lake: Any, lake_conn: Any, how: str
+) -> None:
+    """Before: the row Spark happened to put last was stored (``a.union(b)`` kept b's,
+    ``b.union(a)`` a's), with no word."""
+    conn = lake_conn(file_lake)
+    db = conn.create_db("d").create_table("t", key="id").write("t", [{"id": 1, "v": "x"}]).commit()
+    df = spark.createDataFrame([(2, "a"), (3, "c"), (2, "b")], "id long, v string").coalesce(1)
+    options = {"lake": file_lake.uri, "db": "d", "table": "t"}
+
+    def write() -> None:
+        if how == "write":
+            merkle.spark.write(df, file_lake.uri, "d", "t")
+        else:
+            df.write.format("merkle").options(**options).mode("append").save()
+
+    with pytest.raises(Exception, match=r"hold key 2 more than once.*dropDuplicates\(\['id'\]\)"):
+        write()
+    assert conn.open_db("d").version == db.version
