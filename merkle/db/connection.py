@@ -22,7 +22,7 @@ from merkle.blocks.walk import missing_below
 from merkle.db.ancestry import kept_entry, still_kept, tagged_entry
 from merkle.db.closed import closed_error
 from merkle.db.database import Database
-from merkle.db.dbroot import DbRoot
+from merkle.db.dbroot import DB_ROOT, DbRoot
 from merkle.db.inputs import check_count, check_flag, check_metadata
 from merkle.db.lakeconfig import lake_config, lake_sizes
 from merkle.errors import ConflictError, NotFoundError, UsageError
@@ -401,7 +401,14 @@ class Connection:
             )
         else:  # reject a bad root before any lease is written
             cid = CID.parse(root)
-            DbRoot.from_node(self.blocks.get_node(cid), cid)
+            node = self.blocks.get_node(cid)
+            kind = node.get("type") if isinstance(node, dict) else None
+            if isinstance(kind, str) and kind.startswith("merkle/") and kind != DB_ROOT:
+                raise UsageError(
+                    f"root {cid} is a {kind} node, not a database root: clone from a "
+                    "database version's root (Database.root, or a root `merkle db log` shows)"
+                )
+            DbRoot.from_node(node, cid)
         from merkle.db.landing import after_the_entry  # writes only: not for a read's start
 
         with after_the_entry(name) as put:
