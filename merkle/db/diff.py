@@ -138,7 +138,17 @@ class TableDiff:
         batches when different rows hold different fields.
         """
         for change in self.change_sets():
-            yield change_batch(change, self._key_field_of(change))
+            key_field = self._key_field_of(change)
+            yield change_batch(change, key_field, self._key_names(key_field))
+
+    def _key_names(self, key_field: str) -> tuple[str, ...] | None:
+        """The names of a composite key's fields, where ``key_field`` is its stored column
+        (whose struct fields are named by position), else None."""
+        for table in (self.new, self.old):
+            if table is not None and table.root.key_field == key_field:
+                fields = table.root.key_fields
+                return tuple(fields) if len(fields) > 1 else None
+        return None
 
     def _key_field_of(self, change: ChangeSet) -> str:
         for rows in (change.inserted, change.deleted, change.updated_new):
@@ -211,8 +221,11 @@ def _struct(rows: pa.Table, key_field: str, nulls_before: int, nulls_after: int)
     return pa.concat_arrays([p for p in parts if len(p)] or [pa.array([], type=kind)])
 
 
-def change_batch(change: ChangeSet, key_field: str) -> pa.RecordBatch:
-    """One change set as a record batch in key order (see the module doc)."""
+def change_batch(
+    change: ChangeSet, key_field: str, key_names: Sequence[str] | None = None
+) -> pa.RecordBatch:
+    """One change set as a record batch in key order (see the module doc); a composite
+    key is a struct of its fields under their names (``key_names``), as records show it."""
     deleted, updated_old = change.deleted, change.updated_old
     updated_new, inserted = change.updated_new, change.inserted
     nd, nu, ni = len(deleted), len(updated_new), len(inserted)
@@ -229,6 +242,9 @@ def change_batch(change: ChangeSet, key_field: str) -> pa.RecordBatch:
         ]
         or [empty.column(key_field).combine_chunks()]
     )
+    named = key_names is not None and pa.types.is_struct(key.type)
+    if named and key_names is not None and key.type.num_fields == len(key_names):
+        key = pa.StructArray.from_arrays(key.flatten(), names=list(key_names))
     kinds = pa.array(
         [CHANGE_DELETE] * nd + [CHANGE_UPDATE] * nu + [CHANGE_INSERT] * ni, type=pa.string()
     )
