@@ -247,7 +247,7 @@ class _Merge:
                     else:
                         records.append({**chosen, **key_fields(o.key, conflict["key"])})
             elif self.resolve == "fail":
-                self.conflicts[name] = merge.conflict_table()
+                self.conflicts[name] = merge.named_conflicts()
                 return
         taken_up = fit_rows(taken_up, t, schemas.theirs)
         if len(taken_up) or len(taken_del):

@@ -88,6 +88,7 @@ class TableMerge:
 
     def __init__(self, base: Table | None, ours: Table, theirs: Table) -> None:
         self.key_field = ours.root.key_field
+        self.key_names = ours.root.key_fields
         empty = _empty_rows(ours if ours.root.key_codec else theirs)
         self.ours = _changes(base, ours, empty)
         self.theirs = _changes(base, theirs, empty)
@@ -138,6 +139,17 @@ class TableMerge:
             aligned, present = _rows_at(rows, keys)
             columns[name] = _struct(aligned, present, self.key_field)
         return pa.table(columns)
+
+    def named_conflicts(self) -> pa.Table:
+        """:meth:`conflict_table` with a composite key as a struct of its fields under
+        their names (stored, they are named by position), as records show them."""
+        table = self.conflict_table()
+        key = table.column("key").combine_chunks()
+        names = list(self.key_names)
+        if len(names) > 1 and pa.types.is_struct(key.type) and key.type.num_fields == len(names):
+            named = pa.StructArray.from_arrays(key.flatten(), names=names)
+            table = table.set_column(0, "key", named)
+        return table
 
     def conflict_records(self, codec_table: Table) -> list[dict[str, Any]]:
         """The conflicts as dicts for a callable resolver."""
