@@ -66,6 +66,13 @@ _ATTEMPTS = 16
 _DEPTH = 8  # criss-crosses nested below a merge's bases that a virtual base may merge
 
 
+def _conflict_parts(conflicts: Mapping[str, Any], table_conflicts: Mapping[str, str]) -> str:
+    """What conflicted, per table: ``t: 3 keys; u: schema of field 'x' ...``."""
+    parts = [f"{name}: {rows.num_rows} keys" for name, rows in conflicts.items()]
+    parts += [f"{name or 'database metadata'}: {why}" for name, why in table_conflicts.items()]
+    return "; ".join(parts)
+
+
 @dataclass(frozen=True)
 class _MergedTable(Op):
     """A table the merge changed; a merge never replays (it is redone on a moved head)."""
@@ -119,8 +126,7 @@ class _Merge:
         return self.result
 
     def _error(self) -> MergeConflictError:
-        parts = [f"{n}: {n_rows.num_rows} keys" for n, n_rows in self.conflicts.items()]
-        parts += [f"{n or 'database metadata'}: {why}" for n, why in self.table_conflicts.items()]
+        parts = _conflict_parts(self.conflicts, self.table_conflicts)
         base = (
             f"{self.base.name!r} version {self.base.version}"
             if not self.base.dirty
@@ -129,7 +135,7 @@ class _Merge:
         return MergeConflictError(
             f"merging {self.theirs.name!r} version {self.theirs.version} into "
             f"{self.ours.name!r} version {self.ours.version} (base: {base}) found conflicts "
-            f"({'; '.join(parts)}); nothing was committed: resolve them with resolve='ours', "
+            f"({parts}); nothing was committed: resolve them with resolve='ours', "
             "'theirs' or a function" + (TABLE_CONFLICT_HINT if self.table_conflicts else ""),
             {n: t for n, t in self.conflicts.items()},
             self.table_conflicts,
@@ -353,7 +359,8 @@ def _virtual_base(
                 raise MergeConflictError(
                     f"the merge has several best merge bases ({_names(bases)}: each side "
                     "merged the other, a criss-cross), and merging them into one base "
-                    f"conflicts ({e}); pass base= explicitly (a Database, or a version of "
+                    f"conflicts ({_conflict_parts(e.conflicts, e.table_conflicts)}), which "
+                    "resolve= does not settle; pass base= explicitly (a Database, or a version of "
                     "the database merged into) to say which to merge from",
                     e.conflicts,
                     e.table_conflicts,

@@ -95,6 +95,12 @@ def test_a_criss_cross_whose_bases_conflict_asks_for_base(conn: merkle.Connectio
     assert f"'A' version {a1.version}" in text
     assert f"'B' version {b1.version}" in text
     assert conn.open_db("A").version == before  # nothing committed
+    # resolve= settles the merge's own conflicts, not those between its bases: the
+    # message must not send the user to it (it did, quoting the inner merge's advice).
+    with pytest.raises(MergeConflictError) as raised:
+        conn.merge("B", "A", resolve="ours")
+    assert "resolve them with" not in str(raised.value)
+    assert "which resolve= does not settle; pass base=" in str(raised.value)
     head = conn.merge("B", "A", base=a1.version)  # a base named by hand merges
     assert _rows(head)[3] == 3
 
