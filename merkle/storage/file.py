@@ -258,7 +258,9 @@ class FileStore(ObjectStore):
         if directory in self._dirs_known:
             return
         if not os.path.isdir(self.root):
-            if self._root_seen:
+            # Seen before and still missing: gone. (Checked again: another thread of
+            # this store may have made it, and marked it seen, since the check above.)
+            if self._root_seen and not os.path.isdir(self.root):
                 raise self._gone()
             os.makedirs(self.root, exist_ok=True)
             self._sync_dir(os.path.dirname(self.root))
