@@ -174,8 +174,6 @@ def decode_node_deferred(data: bytes) -> Any:
     :func:`link_of` (which refuses a tag other than 42) and refuse a
     ``CBORTag`` anywhere else, or pass the node to :func:`resolve_links`.
     """
-    if _CBOR2_MAJOR < 6:  # cbor2 5 refuses built-in tags only through the hook
-        return decode_node(data)
     return _decode(data, _DEFERRED_OPTIONS)
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from merkle.blocks.cache import ByteLRU
 from merkle.blocks.cid import CID, DAG_CBOR, codec_code, hash_code
 from merkle.blocks.codec import decode_node, encode_node
-from merkle.errors import IntegrityError, NotFoundError, UsageError
+from merkle.errors import IntegrityError, MerkleError, NotFoundError, UsageError
 from merkle.storage.base import ObjectInfo, ObjectStore
 
 __all__ = ["BLOCK_PREFIX", "BlockStore", "MissingBlockError", "node_weight"]
@@ -53,12 +53,14 @@ class BlockStore:
         self,
         store: ObjectStore,
         *,
-        hash: str = "blake3",
+        hash: str | int = "blake3",
         cache_bytes: int = _DEFAULT_CACHE_BYTES,
+        node_cache: ByteLRU[Any] | None = None,
     ) -> None:
         self.store = store
         self.hash_code = hash_code(hash)
-        self.node_cache: ByteLRU[Any] = ByteLRU(cache_bytes)
+        #: Decoded nodes by CID: views over one lake (staging, leased reads) share it.
+        self.node_cache: ByteLRU[Any] = ByteLRU(cache_bytes) if node_cache is None else node_cache
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_reopen, (self.store, self.hash_code, self.node_cache.capacity))
@@ -211,7 +213,8 @@ class BlockStore:
 
     # -- reads ---------------------------------------------------------------
 
-    def _missing(self, cid: CID) -> MissingBlockError:
+    def _missing(self, cid: CID) -> MerkleError:
+        """The error a read of a block not stored raises (every read path makes it here)."""
         return MissingBlockError(
             f"block {cid} is missing from {self.store.uri}; it was never written "
             "or has been garbage-collected",

@@ -43,8 +43,7 @@ class _LeasedBlocks(BlockStore):
     """The lake's blocks, written under a writer lease (see :func:`lake_tables`)."""
 
     def __init__(self, base: BlockStore, lease_start: float) -> None:
-        super().__init__(base.store, hash="sha2-256" if base.hash_code == 0x12 else "blake3")
-        self.node_cache = base.node_cache  # keyed by CID: safe to share
+        super().__init__(base.store, hash=base.hash_code, node_cache=base.node_cache)
         self.lease_start = lease_start
 
     def put_many(

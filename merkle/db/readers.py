@@ -30,14 +30,13 @@ import atexit
 import contextlib
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
 from merkle.blocks.cid import CID
 from merkle.blocks.store import BlockStore, MissingBlockError
 from merkle.db.staging import StagedBlocks
 from merkle.errors import MerkleError
 from merkle.refs import Lease, LeaseExpiredError, LeaseManager
-from merkle.storage.base import ObjectInfo
 
 __all__ = ["LeasedBlocks", "ReaderLease", "ReaderLeaseKeeper", "leased_staging"]
 
@@ -112,31 +111,13 @@ class LeasedBlocks(BlockStore):
     """
 
     def __init__(self, base: BlockStore, handle: ReaderLease) -> None:
-        super().__init__(base.store, hash="sha2-256" if base.hash_code == 0x12 else "blake3")
-        self.base = base
-        self.node_cache = base.node_cache  # keyed by CID: safe to share
+        super().__init__(base.store, hash=base.hash_code, node_cache=base.node_cache)
         self._handle = handle
 
-    def _lapsed(self, error: MissingBlockError) -> BaseException:
+    def _missing(self, cid: CID) -> MerkleError:
+        error = super()._missing(cid)
+        assert isinstance(error, MissingBlockError)
         return self._handle.block_missing(error) or error
-
-    def get(self, cid: CID) -> bytes:
-        try:
-            return super().get(cid)
-        except MissingBlockError as exc:
-            raise self._lapsed(exc) from None
-
-    def get_many(self, cids: Sequence[CID]) -> dict[CID, bytes]:
-        try:
-            return super().get_many(cids)
-        except MissingBlockError as exc:
-            raise self._lapsed(exc) from None
-
-    def stat(self, cid: CID) -> ObjectInfo:
-        try:
-            return super().stat(cid)
-        except MissingBlockError as exc:
-            raise self._lapsed(exc) from None
 
 
 def leased_staging(blocks: BlockStore, handle: ReaderLease) -> StagedBlocks:

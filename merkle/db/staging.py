@@ -47,9 +47,8 @@ class StagedBlocks(BlockStore):
     """A BlockStore whose writes stay in memory until :meth:`flush_reachable`."""
 
     def __init__(self, base: BlockStore) -> None:
-        super().__init__(base.store, hash="sha2-256" if base.hash_code == 0x12 else "blake3")
+        super().__init__(base.store, hash=base.hash_code, node_cache=base.node_cache)
         self.base = base
-        self.node_cache = base.node_cache  # keyed by CID: safe to share
         self._staged: dict[CID, bytes] = {}
         self._foreign: set[CID] = set()
         self._lock = threading.Lock()

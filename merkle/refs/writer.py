@@ -101,6 +101,12 @@ class WriterSession:
         # Keep a margin of half the TTL, so a commit never runs into the expiry.
         return self.leases.timing.holder_valid(lease.expires - self.ttl / 2)
 
+    def _closed_error(self) -> UsageError:
+        return UsageError(
+            f"the connection to {self.leases.store.uri} is closed: connect again "
+            "(merkle.connect) to write"
+        )
+
     @contextlib.contextmanager
     def hold(self, db: str | None = None) -> Iterator[WriterTicket]:
         """A valid writer lease and the GC lock generation, for one commit.
@@ -113,10 +119,7 @@ class WriterSession:
         """
         with self._lock:
             if self._closed:
-                raise UsageError(
-                    f"the connection to {self.leases.store.uri} is closed: connect again "
-                    "(merkle.connect) to write"
-                )
+                raise self._closed_error()
             lock = read_lock(self.leases.store)
             generation = -1 if lock is None else lock.generation
             held = lock is not None and lock.held(self.leases.timing)
@@ -157,10 +160,7 @@ class WriterSession:
         with self._lock:
             if self._closed:
                 self._release_quietly(lease)
-                raise UsageError(
-                    f"the connection to {self.leases.store.uri} is closed: connect again "
-                    "(merkle.connect) to write"
-                )
+                raise self._closed_error()
             if self._lease is None:
                 self._lease = lease
             else:
