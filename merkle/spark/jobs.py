@@ -28,13 +28,13 @@ from merkle.db.bulk import committed_table, lake_tables, replace_table, table_ro
 from merkle.db.connection import Connection
 from merkle.db.database import Database
 from merkle.errors import ConflictError, SchemaError, UsageError
-from merkle.lazy import compute as pc
 from merkle.refs import Lease, LeaseExpiredError, WriterTicket
 from merkle.spark.lake import hold_lease, open_lake, renewed_lease
 from merkle.spark.options import LakeRef, WriteOptions
 from merkle.spark.types import ENCODING, from_spark
 from merkle.spark.zones import task_zone, zoned_like
 from merkle.tablets.bulk import (
+    RepeatedKeyError,
     TabletInfo,
     WriteGroup,
     encode_keys,
@@ -246,37 +246,23 @@ def _rebuild(
         deletes = key_column(table, rows) if rows.num_rows else None
         made = rewrite_group(table, group, deletes=deletes)
     else:
-        if given is not None:
-            _refuse_repeats(job.table, table, given)
-        made = rewrite_group(table, group, upserts=given, replace=job.mode == "replace")
-    return GroupResult(group.index, None if made is None else tuple(made), rows.num_rows, pending)
-
-
-def _refuse_repeats(name: str, table: Table, rows: pa.Table) -> None:
-    """UsageError when ``rows`` hold a key more than once.
-
-    The Python API keeps the last row written for a key, an order the caller
-    gives; a DataFrame's rows have no order Spark promises (``a.union(b)`` and a
-    repartition can put either first), so which row would be stored is not
-    defined: the write is refused instead, as Delta Lake's MERGE refuses
-    several source rows for one target row. Keys equal once encoded (``-0.0``
-    and ``0.0``) are the same key.
-    """
-    encoded = table.spec.codec.encode_array(key_column(table, rows))
-    if pc.count_distinct(encoded).as_py() == len(encoded):
-        return
-    seen: set[bytes] = set()
-    values = key_column(table, rows)
-    for position, key in enumerate(encoded.to_pylist()):
-        if key in seen:
-            fields = ", ".join(repr(name) for name in table.key.fields)
-            raise UsageError(
-                f"the rows to write into table {name!r} hold key "
-                f"{values[position].as_py()!r} more than once: Spark gives a DataFrame's rows "
-                "no order, so which of them would be stored is not defined; drop the "
-                f"duplicates first (df.dropDuplicates([{fields}])), keeping the row you mean"
+        try:
+            made = rewrite_group(
+                table, group, upserts=given, replace=job.mode == "replace", unique=True
             )
-        seen.add(key)
+        except RepeatedKeyError as exc:
+            # The Python API keeps the last row written for a key, in an order its caller
+            # gives; Spark promises a DataFrame's rows no order (a.union(b) or a
+            # repartition may put either last), so which would be stored is not defined,
+            # as Delta Lake's MERGE refuses several source rows for one target row.
+            fields = ", ".join(repr(field) for field in table.key.fields)
+            raise UsageError(
+                f"the rows to write into table {job.table!r} hold key {exc.key!r} more than "
+                "once: Spark gives a DataFrame's rows no order, so which of them would be "
+                f"stored is not defined; drop the duplicates first (df.dropDuplicates([{fields}]))"
+                ", keeping the row you mean"
+            ) from None
+    return GroupResult(group.index, None if made is None else tuple(made), rows.num_rows, pending)
 
 
 def collect_leaves(

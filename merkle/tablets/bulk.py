@@ -46,6 +46,7 @@ from merkle.tablets.table import Table
 from merkle.tablets.tree import LeafSlice, Tree
 
 __all__ = [
+    "RepeatedKeyError",
     "Slice",
     "TabletInfo",
     "WriteGroup",
@@ -327,6 +328,25 @@ def _sorted(table: Table, rows: pa.Table | None) -> SortedRows:
     return sort_rows(prepared, spec.key_field, spec.codec)
 
 
+class RepeatedKeyError(UsageError):
+    """Rows given to :func:`rewrite_group` with ``unique`` hold ``key`` more than once."""
+
+    def __init__(self, key: object) -> None:
+        super().__init__(f"the rows hold key {key!r} more than once")
+        self.key = key
+
+
+def _repeated_key(table: Table, rows: pa.Table) -> object:
+    """The first key value that ``rows`` hold twice (keys equal once encoded are one)."""
+    values = key_column(table, rows)
+    seen: set[bytes] = set()
+    for position, key in enumerate(table.spec.codec.encode_array(values).to_pylist()):
+        if key in seen:
+            return values[position].as_py()
+        seen.add(key)
+    raise AssertionError("no key is repeated")
+
+
 def rewrite_group(
     table: Table,
     group: WriteGroup,
@@ -334,6 +354,7 @@ def rewrite_group(
     upserts: pa.Table | None = None,
     deletes: pa.Array | None = None,
     replace: bool = False,
+    unique: bool = False,
 ) -> list[TabletInfo] | None:
     """Rebuild one group's tablets; None when nothing in it changes.
 
@@ -342,12 +363,16 @@ def rewrite_group(
     any order; for a key given twice the later row wins) and ``deletes`` (key
     values). With ``replace`` the stored rows and pending changes are ignored:
     the group holds ``upserts`` alone. Every row given must lie in the group.
+    With ``unique``, ``upserts`` holding a key twice is a :class:`RepeatedKeyError`
+    instead (found by the sort, which drops the earlier rows).
     A stored tablet is rewritten as a flush rewrites it: the pages no change
     falls in are kept as they are.
     """
     spec = table.spec
     tree = Tree(table.ts, spec)
     new = _sorted(table, upserts)
+    if unique and upserts is not None and len(new) < upserts.num_rows:
+        raise RepeatedKeyError(_repeated_key(table, upserts))
     gone = empty_keys(spec.codec)
     if deletes is not None and len(deletes):
         gone = spec.codec.encode_array(deletes)
