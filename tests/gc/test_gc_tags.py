@@ -25,6 +25,7 @@ def _versions(conn: merkle.Connection) -> merkle.Database:
     db = conn.create_db("shop").create_table("t", key="k", tablet_size_limit=4)
     for i in range(6):
         db = db.write("t", [{"k": j, "v": i} for j in range(i * 3, i * 3 + 6)]).compact().commit()
+    settle(conn)  # the collections here mean every unreachable block (S3: whole seconds)
     return db
 
 
