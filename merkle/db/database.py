@@ -425,7 +425,7 @@ class Database(RecordOps):
         # (the delete must still be recorded, to win over a concurrent write on replay).
         current = state.table.with_codec_for(keys[0])
         codec = current.spec.codec
-        encoded = sorted({codec.encode(k) for k in keys})
+        encoded = codec.encode_unique(keys)
         change = _Change(deletes=pa.array(encoded, type=empty_keys(codec).type))
         new_state = _TableState(current, (*state.changes, change))
         return self._with_table(table, new_state, op(current.root.uid))

@@ -84,6 +84,11 @@ class KeyCodec(ABC):
         """The key bytes of ``value``; UsageError if it is not a key of this codec."""
         return self._encode_top(self.normalize(value))
 
+    def encode_unique(self, values: Sequence[Any]) -> list[bytes]:
+        """The distinct key bytes of ``values``, sorted: what a lookup of many keys asks
+        the tree for. UsageError as :meth:`encode` for a value that is not a key."""
+        return sorted({self.encode(value) for value in values})
+
     def encode_prefix(self, value: Any) -> bytes | None:
         """The encoded bytes every key starting with ``value`` starts with, or None.
 

@@ -57,6 +57,9 @@ __all__ = [
 
 # -- fixed-width scalars ------------------------------------------------------
 
+#: From this many keys, :meth:`_Fixed8Codec.encode_unique` tries the vectorised path.
+_MANY_KEYS = 16
+
 
 class _Fixed8Codec(KeyCodec):
     """Codecs whose encoding is 8 bytes, big-endian, ordered as unsigned integers."""
@@ -79,6 +82,20 @@ class _Fixed8Codec(KeyCodec):
 
     def _encode_delimited(self, value: Any) -> bytes:
         return _UINT64.pack(self._to_bits(value))
+
+    def encode_unique(self, values: Sequence[Any]) -> list[bytes]:
+        # Many keys of the plain type are encoded as one numpy array: a 1,000-key
+        # lookup spent 3.5 ms encoding them one by one before it read anything.
+        words = self._value_words(values) if len(values) >= _MANY_KEYS else None
+        if words is None:
+            return super().encode_unique(values)
+        packed = np.unique(words).astype(">u8").tobytes()
+        return [packed[i : i + 8] for i in range(0, len(packed), 8)]
+
+    def _value_words(self, values: Sequence[Any]) -> _U64Array | None:
+        """``_to_bits`` of every value, when each is of the one type the codec takes as it
+        is; None sends the values one by one through ``normalize`` (its checks and errors)."""
+        return None
 
     def _decode_delimited(self, data: bytes, pos: int) -> tuple[Any, int]:
         end = pos + 8
@@ -118,6 +135,16 @@ class IntCodec(_Fixed8Codec):
     def _bits_array(self, array: pa.Array) -> _U64Array:
         values: _U64Array = array.to_numpy(zero_copy_only=False).view(np.uint64)
         return values ^ np.uint64(_SIGN_BIT)
+
+    def _value_words(self, values: Sequence[Any]) -> _U64Array | None:
+        if not all(type(value) is int for value in values):  # bool, numpy ints: one by one
+            return None
+        try:
+            numbers = np.array(values, dtype=np.int64)
+        except OverflowError:  # outside 64 bits: normalize names the key
+            return None
+        words: _U64Array = numbers.view(np.uint64) ^ np.uint64(_SIGN_BIT)
+        return words
 
     def _to_arrow(self, values: list[Any]) -> pa.Array:
         return pa.array(values, type=pa.int64())

@@ -73,14 +73,14 @@ class TableReads:
         codec = self.codec
         if codec is None or not keys:
             return self._empty(fields)
-        return self.get_encoded(sorted({codec.encode(k) for k in keys}), fields)
+        return self.get_encoded(codec.encode_unique(keys), fields)
 
     def get_arrow(self, keys: Sequence[Any], fields: Sequence[str] | None = None) -> pa.Table:
         """The records of the keys that exist, in key order, as the user's table."""
         codec = self.codec
         if codec is None or not keys:
             return self.empty(fields)
-        rows = self.get_encoded(sorted({codec.encode(k) for k in keys}), fields)
+        rows = self.get_encoded(codec.encode_unique(keys), fields)
         if self.root.pending and rows.num_rows > 1:  # found in batches, then merged
             encoded = combine(codec.encode_array(rows.column(self.root.key_field)))
             rows = rows.take(pc.sort_indices(encoded))
@@ -121,10 +121,13 @@ class TableReads:
         table = leaves.take_many(groups, fields, keep=keep)
         if table is None:
             return None
-        key_field = self.root.key_field
         codec = self.codec
         assert codec is not None
-        return SortedRows(table, combine(codec.encode_array(table.column(key_field))))
+        column = table.column(self.root.key_field)
+        words = codec.order_words(column)  # encoded keys made only if asked for
+        if words is not None:
+            return SortedRows(table, words=words)
+        return SortedRows(table, combine(codec.encode_array(column)))
 
     def resolve_patches(self, content: BatchContent) -> BatchContent:
         """``content`` with its patches laid over their records in the merged area, as

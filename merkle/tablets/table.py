@@ -317,7 +317,7 @@ class Table(TableReads):
         keys = list(keys)
         if codec is None or not keys:
             return self
-        encoded = sorted({codec.encode(k) for k in keys})
+        encoded = codec.encode_unique(keys)
         spec = self.spec
         deletes = pa.array(encoded, type=empty_keys(codec).type)
         empty = pa.table({spec.key_field: pa.array([], type=codec.arrow_type)})

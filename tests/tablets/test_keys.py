@@ -564,3 +564,39 @@ def test_every_spec_has_an_empty_column(spec: Spec) -> None:
     empty = codec.to_arrow([])
     assert len(codec.encode_array(empty)) == 0
     assert codec.to_python(empty) == []
+
+
+# -- many keys at once (a lookup's keys) ------------------------------------------
+
+
+@settings(deadline=None, max_examples=200)
+@given(spec=specs, data=st.data())
+def test_encode_unique_is_the_sorted_distinct_encodings(spec: Spec, data: st.DataObject) -> None:
+    codec = codec_of(spec)
+    values = data.draw(st.lists(values_of(spec), min_size=0, max_size=40))
+    assert codec.encode_unique(values) == sorted({codec.encode(v) for v in values})
+
+
+@settings(deadline=None, max_examples=200)
+@given(st.lists(st.integers(INT64_MIN, INT64_MAX), min_size=16, max_size=200))
+def test_many_int_keys_encode_as_one_by_one(values: list[int]) -> None:
+    codec = key_codec("int")
+    assert codec.encode_unique(values + values[:3]) == sorted({codec.encode(v) for v in values})
+
+
+@pytest.mark.parametrize(
+    ("odd", "reason"),
+    [(True, "expected an int"), (1 << 63, "fit in 64 bits"), (-(1 << 63) - 1, "fit in 64 bits")],
+)
+def test_many_int_keys_refuse_what_one_key_refuses(odd: Any, reason: str) -> None:
+    """The vectorised path takes only plain ints in range; the rest go one by one,
+    through the checks and errors of a single key."""
+    values = [*range(20), odd]
+    with pytest.raises(UsageError, match=reason):
+        key_codec("int").encode_unique(values)
+
+
+def test_many_numpy_int_keys_encode_as_python_ints() -> None:
+    codec = key_codec("int")
+    values = list(np.arange(-10, 30, dtype=np.int64))
+    assert codec.encode_unique(values) == codec.encode_unique([int(v) for v in values])
