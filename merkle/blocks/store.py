@@ -213,6 +213,11 @@ class BlockStore:
 
     # -- reads ---------------------------------------------------------------
 
+    def missing_error(self, cid: CID) -> MerkleError:
+        """The error a read of ``cid`` raises when the block is not stored (for reads
+        that go to the object store directly, such as a ranged read of a block's head)."""
+        return self._missing(cid)
+
     def _missing(self, cid: CID) -> MerkleError:
         """The error a read of a block not stored raises (every read path makes it here)."""
         return MissingBlockError(

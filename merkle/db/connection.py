@@ -25,6 +25,7 @@ from merkle.db.database import Database
 from merkle.db.dbroot import DB_ROOT, DbRoot
 from merkle.db.inputs import check_count, check_flag, check_metadata
 from merkle.db.lakeconfig import lake_config, lake_sizes
+from merkle.db.unleased import unleased_staging
 from merkle.errors import ConflictError, NotFoundError, UsageError
 from merkle.lazy import OnFirstUse
 from merkle.refs import JournalConflictError, JournalEntry, RefManager
@@ -222,7 +223,9 @@ class Connection:
             )
         cid = CID.parse(entry.root)
         if reader is None:
-            return Database(self, entry, DbRoot.from_node(self.blocks.get_node(cid), cid))
+            staging = unleased_staging(self.blocks, self.refs, entry)  # a block gone: say why
+            root = DbRoot.from_node(staging.get_node(cid), cid)
+            return Database(self, entry, root, staging=staging)
         from merkle.db.readers import leased_staging
 
         staging = leased_staging(self.blocks, reader)  # a block gone: did the lease lapse?

@@ -34,7 +34,7 @@ from merkle.blocks.cid import CID, DAG_CBOR, codec_code
 from merkle.blocks.codec import decode_node, iter_links
 from merkle.blocks.store import BlockStore
 from merkle.blocks.walk import missing_below
-from merkle.errors import NotFoundError, UsageError
+from merkle.errors import MerkleError, NotFoundError, UsageError
 from merkle.storage.base import ObjectInfo
 
 if TYPE_CHECKING:
@@ -113,6 +113,9 @@ class StagedBlocks(BlockStore):
             raise
         self._early = None
         writer.finish()
+
+    def _missing(self, cid: CID) -> MerkleError:
+        return self.base.missing_error(cid)  # the base's reads say what a missing block means
 
     def get(self, cid: CID) -> bytes:
         data = self._staged.get(cid)

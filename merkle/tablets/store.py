@@ -22,7 +22,7 @@ from merkle.blocks.cache import ByteLRU
 from merkle.blocks.cid import CID, RAW
 from merkle.blocks.codec import decode_node_deferred, resolve_links
 from merkle.blocks.store import BlockStore
-from merkle.errors import IntegrityError
+from merkle.errors import IntegrityError, NotFoundError
 from merkle.storage.base import map_in_runs
 from merkle.tablets.keyindex import KeyIndex
 from merkle.tablets.nodes import INDEX, TABLET, BatchNode, IndexNode, TableRoot, TabletNode
@@ -334,10 +334,14 @@ class TableStore:
 
         def read(cid: CID) -> pa.Schema:
             key = self.blocks.key(cid)
-            head = store.get_range(key, 0, _SCHEMA_HEAD)
-            size = schema_message_size(head)
-            if size > len(head):
-                head = store.get_range(key, 0, size)
+            try:
+                head = store.get_range(key, 0, _SCHEMA_HEAD)
+                size = schema_message_size(head)
+                if size > len(head):
+                    head = store.get_range(key, 0, size)
+            except NotFoundError:
+                # as a whole-block read says it (a leased read: whether its lease lapsed)
+                raise self.blocks.missing_error(cid) from None
             return decode_segment_schema(head)
 
         found: dict[bytes, pa.Schema] = {}

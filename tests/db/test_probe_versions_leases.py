@@ -116,6 +116,33 @@ def test_a_block_missing_under_a_valid_lease_is_still_missing(lake: Lake, connec
         reader.close()
 
 
+def test_a_version_read_without_a_lease_and_collected_says_to_take_a_lease(
+    lake: Lake, connect: Connect
+) -> None:
+    """Without ``lease=True`` a collection may free an old version under its reader; the
+    missing block's error said only "never written or garbage-collected" and left the
+    reader to guess what to do."""
+    with connect(lake) as writer:
+        old = _two_versions(writer)
+    reader = merkle.connect(lake.uri, cache_bytes=0, **lake.options)
+    try:
+        db = reader.open_db("shop", version=old)
+        collector = connect(lake)
+        settle(collector)
+        assert merkle.gc(collector, keep_versions=1, grace="0s").blocks_freed > 0
+        with pytest.raises(MissingBlockError, match=r"garbage-collected.*lease=True") as info:
+            db.to_arrow("t")
+        assert f"version {old} of database 'shop'" in str(info.value)
+        head = reader.open_db("shop")  # the head's blocks are kept: no lease advice
+        tablet = head.list_tablets("t")[-1]["id"]
+        reader.store.delete(f"blocks/{tablet}")
+        with pytest.raises(MissingBlockError, match=tablet) as info:
+            head.to_arrow("t")
+        assert "lease" not in str(info.value)
+    finally:
+        reader.close()
+
+
 def test_a_closed_connection_refuses_every_use_of_the_lake(lake: Lake, connect: Connect) -> None:
     conn = connect(lake)
     db = conn.create_db("shop").create_table("t", key="id").write("t", [{"id": 1}]).commit()

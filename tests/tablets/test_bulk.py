@@ -11,10 +11,12 @@ import itertools
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from merkle.blocks import BlockStore
+from merkle.blocks.store import MissingBlockError
 from merkle.storage import open_store
 from merkle.tablets import Limits, Table, TableStore, bulk, validate
 from merkle.tablets.ranges import KeyRanges, successor
@@ -239,3 +241,17 @@ def test_a_bulk_write_makes_the_tablets_a_flush_makes() -> None:
     before = {tuple(p.blocks()) for ref in table.tablets() for p in ts.tablet(ref.cid).pages}
     after = {tuple(p.blocks()) for ref in built.tablets() for p in ts.tablet(ref.cid).pages}
     assert len(after - before) == 4  # the pages of 7 and 9, 1,001 and 1,003, 3,000, 9,999
+
+
+def test_arrow_schema_of_a_missing_segment_is_a_missing_block() -> None:
+    """The schema is read from each segment's first bytes by a ranged read of the
+    object store; a block gone was the store's bare NotFoundError, which a leased
+    reader could not tell from a lapsed lease."""
+    table, _ = _table([(True, [1, 2, 3])])
+    table = table.write([{"k": 50, "a": "text"}], 9).flush()
+    ref = next(iter(table.tablets()))
+    page = table.ts.tablet(ref.cid).pages[0]
+    family = next(cid for cid in page.families.values() if cid is not None)
+    table.ts.blocks.delete(family)
+    with pytest.raises(MissingBlockError, match=str(family)):
+        bulk.arrow_schema(table)

@@ -1,0 +1,59 @@
+"""The lake's blocks as a value opened without a reader lease reads them.
+
+Without ``lease=True`` nothing keeps a version's blocks once newer versions
+exist and retention lets the version go: a collection may remove them under
+the reader. A block found missing then is that, far more often than damage,
+and the error says so and how to read a version safely while collections run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from merkle.blocks.cid import CID
+from merkle.blocks.store import BlockStore, MissingBlockError
+from merkle.db.staging import StagedBlocks
+from merkle.errors import MerkleError
+from merkle.refs import JournalEntry, RefManager
+
+__all__ = ["UnleasedBlocks", "unleased_staging"]
+
+
+class UnleasedBlocks(BlockStore):
+    """Reads of ``base`` (its store and node cache shared) for version ``version`` of
+    database ``db``: a missing block's error adds the reader-lease advice when the
+    version is no longer the head (``head_version()``, asked only then)."""
+
+    def __init__(
+        self, base: BlockStore, db: str, version: int, head_version: Callable[[], int | None]
+    ) -> None:
+        super().__init__(base.store, hash=base.hash_code, node_cache=base.node_cache)
+        self._db = db
+        self._version = version
+        self._head_version = head_version
+
+    def _missing(self, cid: CID) -> MerkleError:
+        error = super()._missing(cid)
+        try:
+            head = self._head_version()
+        except MerkleError:
+            return error  # the lake cannot say: the plain error is all there is
+        if head == self._version:
+            return error  # the head's blocks are kept: this is damage (run merkle verify)
+        return MissingBlockError(
+            f"{error}: version {self._version} of database {self._db!r} was opened without "
+            "a reader lease, and a collection removes the blocks of versions retention no "
+            "longer keeps; open it with open_db(..., lease=True) to keep its blocks while "
+            "you read it (or tag it to keep it for good)",
+            cid,
+        )
+
+
+def unleased_staging(blocks: BlockStore, refs: RefManager, entry: JournalEntry) -> StagedBlocks:
+    """The staging area of a value of ``entry`` read without a lease."""
+
+    def head_version() -> int | None:
+        head = refs.head(entry.db)
+        return None if head is None else head.version
+
+    return StagedBlocks(UnleasedBlocks(blocks, entry.db, entry.version, head_version))
