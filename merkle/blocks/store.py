@@ -211,6 +211,21 @@ class BlockStore:
             self.node_cache.discard(cid.bytes)
         self.store.delete_many([self.key(cid) for cid in cids])
 
+    def delete_many_if_older(
+        self, items: Sequence[tuple[CID, int]], cutoff: float
+    ) -> list[tuple[CID, int]] | None:
+        """Remove each block (with its size) whose timestamp is still older than ``cutoff``,
+        checked where no writer can refresh it any more; the ones removed. None when
+        the store cannot (S3, memory): the caller re-reads the timestamps and deletes.
+        """
+        conditional = getattr(self.store, "delete_if_older", None)
+        if conditional is None:
+            return None
+        for cid, _ in items:
+            self.node_cache.discard(cid.bytes)
+        gone = self.store.map_bulk(lambda item: conditional(self.key(item[0]), cutoff), list(items))
+        return [item for item, removed in zip(items, gone, strict=True) if removed]
+
     # -- reads ---------------------------------------------------------------
 
     def missing_error(self, cid: CID) -> MerkleError:

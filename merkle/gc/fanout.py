@@ -72,13 +72,21 @@ def sweep_batch(
 ) -> list[tuple[CID, int]]:
     """Delete one batch of candidates under the lock; the ones deleted.
 
-    Checks the lock is still held, re-reads the timestamps (unless the
-    collection re-listed them under the lock already: ``recheck=False``),
-    deletes what is still garbage. Every Fanout deletes through this, batch
-    by batch.
+    Checks the lock is still held, then deletes what is still garbage: a file
+    store reads each timestamp again as part of its delete; other stores have
+    the batch's timestamps re-read (unless the collection re-listed them under
+    the lock already: ``recheck=False``) and the lock checked again before the
+    delete. Every Fanout deletes through this, batch by batch.
     """
     ensure_held()
+    # A file store checks each timestamp where no writer can refresh it any more: a
+    # collector paused past its lock between this check and its delete (a stopped
+    # process) then spares what a writer relied on meanwhile.
+    removed = conn.blocks.delete_many_if_older(batch, cutoff)
+    if removed is not None:
+        return removed
     doomed = still_garbage(conn, batch, cutoff) if recheck else list(batch)
+    ensure_held()  # again after the re-read: the window left is this line to the next
     conn.blocks.delete_many(cid for cid, _ in doomed)
     return doomed
 

@@ -14,7 +14,6 @@ import builtins
 import contextlib
 import errno
 import os
-import re
 import stat
 import threading
 import uuid
@@ -33,12 +32,11 @@ from merkle.storage.base import (
     check_range,
     quote_location,
 )
+from merkle.storage.filegc import TMP_PREFIX, delete_if_older, remove_stale_temporaries
 
 __all__ = ["FileStore", "check_path"]
 
-_TMP_PREFIX = ".tmp-"
-#: The name of a temporary file this store writes (a uuid4 in hex after the prefix).
-_TMP_NAME = re.compile(re.escape(_TMP_PREFIX) + "[0-9a-f]{32}")
+_TMP_PREFIX = TMP_PREFIX
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -582,29 +580,15 @@ class FileStore(ObjectStore):
         and renaming it) gets a StorageError from its rename or link; no key
         changes.
         """
-        removed = size = 0
+        return remove_stale_temporaries(self.root, older_than, self.uri)
 
-        def fail(exc: OSError) -> None:
-            raise StorageError(f"cannot scan {self.uri} for temporary files: {exc}") from exc
-
-        for directory, subdirs, names in os.walk(self.root, onerror=fail):
-            subdirs[:] = [name for name in subdirs if not name.startswith(".")]
-            for name in names:
-                if not _TMP_NAME.fullmatch(name):
-                    continue
-                path = os.path.join(directory, name)
-                try:
-                    st = os.lstat(path)
-                    if not stat.S_ISREG(st.st_mode) or st.st_mtime >= older_than:
-                        continue
-                    os.unlink(path)
-                except FileNotFoundError:
-                    continue  # renamed or removed meanwhile
-                except OSError as exc:
-                    raise StorageError(f"cannot remove the temporary file {path!r}: {exc}") from exc
-                removed += 1
-                size += st.st_size
-        return removed, size
+    def delete_if_older(self, key: str, cutoff: float) -> bool:
+        """Remove ``key`` only if its timestamp is still older than ``cutoff`` (checked
+        where no writer can refresh it any more); whether it was removed."""
+        path = self._path(key)
+        if os.path.isdir(path):
+            raise UsageError(f"{key!r} in {self.uri} is a directory, not an object")
+        return delete_if_older(path, cutoff, self._sync_dir)
 
 
 def _unlink_quietly(path: str) -> None:
