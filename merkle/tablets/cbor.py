@@ -11,6 +11,8 @@ encodes and decodes those values and names the fields that hold them.
 from __future__ import annotations
 
 import datetime
+import decimal
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,6 +58,42 @@ class _UnsupportedValueError(Exception):
         self.value = value
 
 
+class _InexactValueError(_UnsupportedValueError):
+    """A value cbor2 would encode, but as bytes that read back as another value."""
+
+    def __init__(self, value: Any, why: str) -> None:
+        super().__init__(value)
+        self.why = why
+
+
+def _check_decimal(value: decimal.Decimal) -> None:
+    """Refuse a Decimal that cbor2 cannot encode exactly.
+
+    cbor2 writes a Decimal NaN or infinity as the float of that name (it reads
+    back as a float), and a finite Decimal as its digits and exponent with the
+    sign on the digits, so a negative zero reads back as a positive one. An
+    exact encoding would need a tag of our own (a format change); refusing
+    keeps every value that is stored today, and every value's bytes, as they are.
+    """
+    if not value.is_finite():
+        raise _InexactValueError(
+            value,
+            "a Decimal NaN or infinity, which CBOR stores as a float (it would read back "
+            "as one): store a float, or str(value), instead",
+        )
+    if value.is_zero() and value.is_signed():
+        raise _InexactValueError(
+            value,
+            f"a negative zero Decimal, which CBOR stores without its sign (it would read "
+            f"back as {value.copy_abs()!r}): store value.copy_abs(), or str(value), instead",
+        )
+
+
+def _encode_decimal(encoder: cbor2.CBOREncoder, value: decimal.Decimal) -> None:
+    _check_decimal(value)
+    encoder.encode_decimal(value)
+
+
 def _encode_datetime(encoder: cbor2.CBOREncoder, value: datetime.datetime) -> None:
     if value.utcoffset() is None:
         encoder.encode_semantic(NAIVE_DATETIME_TAG, value.isoformat())
@@ -70,18 +108,34 @@ def _encode_other(encoder: cbor2.CBOREncoder, value: Any) -> None:
     raise _UnsupportedValueError(value)
 
 
+#: Every Decimal cbor2 encodes holds one of these bytes: 0xC4 (tag 4, a finite
+#: Decimal) or 0xF9 (a half float: how it writes a NaN or an infinity). Bytes with
+#: neither hold no Decimal, so only values whose bytes match are encoded again,
+#: with the encoder that checks each Decimal (:func:`_check_decimal`).
+_MAY_HOLD_DECIMAL = re.compile(b"[\xc4\xf9]")
+
+
 def _cbor_encode(value: Any) -> bytes:
     """CBOR of one record value; maps keep their insertion order, which reads give back.
 
-    Equal values written in the same order give equal bytes. cbor2 refuses
-    naive datetimes; only then is the slower encoder with the private tag used.
+    Equal values written in the same order give equal bytes. The fast encoder
+    is tried first; the slower one with our own encoders (the private tag of a
+    naive datetime, the check of a Decimal) only when it refuses the value (a
+    naive datetime) or its bytes may hold a Decimal. Both give the same bytes
+    for every value they both take.
     """
+    if type(value) is decimal.Decimal:  # a column of Decimals: checked without a 2nd pass
+        _check_decimal(value)
+        return cbor2.dumps(value)
     try:
-        return cbor2.dumps(value, default=_encode_other)
+        data = cbor2.dumps(value, default=_encode_other)
     except _UnsupportedValueError:
         raise
     except (cbor2.CBOREncodeError, TypeError, ValueError, OverflowError, RecursionError):
         pass
+    else:
+        if _MAY_HOLD_DECIMAL.search(data) is None:
+            return data
     try:
         return cbor2.dumps(value, encoders=_CBOR_ENCODERS, default=_encode_other)
     except _UnsupportedValueError:
@@ -91,7 +145,8 @@ def _cbor_encode(value: Any) -> bytes:
 
 
 _CBOR_ENCODERS: dict[type, Callable[[cbor2.CBOREncoder, Any], Any]] = {
-    datetime.datetime: _encode_datetime
+    datetime.datetime: _encode_datetime,
+    decimal.Decimal: _encode_decimal,
 }
 
 
@@ -150,6 +205,10 @@ def _cbor_array(name: str, values: Sequence[Any], row: RowName) -> pa.Array:
             continue
         try:
             encoded.append(_cbor_encode(value))
+        except _InexactValueError as exc:
+            raise UsageError(
+                f"field {name!r} of {row(position)} holds {show(exc.value)}, {exc.why}"
+            ) from None
         except _UnsupportedValueError as exc:
             raise UsageError(
                 f"field {name!r} of {row(position)} holds "

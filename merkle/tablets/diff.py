@@ -16,9 +16,6 @@ form, so a merge can write them back as they are.
 
 from __future__ import annotations
 
-import contextlib
-import math
-import struct
 from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -29,16 +26,11 @@ import pyarrow as pa
 from merkle.blocks.cid import CID
 from merkle.lazy import compute as pc
 from merkle.tablets.batch import load_batch
-from merkle.tablets.evolve import can_widen
 from merkle.tablets.keyindex import KeyIndex, as_u64, combine
 from merkle.tablets.nodes import ChildRef
+from merkle.tablets.rowequal import as_bits, flags, rows_equal  # the first two re-exported
 from merkle.tablets.rows import SortedRows, merge_changes
-from merkle.tablets.segment import (
-    column_values,
-    concat_segments,
-    is_cbor_field,
-    project,
-)
+from merkle.tablets.segment import concat_segments, project
 from merkle.tablets.table import Table
 from merkle.tablets.tree import Tree
 
@@ -323,156 +315,6 @@ def _descend(
         _descend(tree, child, part, out)
 
 
-# -- comparing rows ----------------------------------------------------------------------
-
-
-def rows_equal(left: pa.Table, right: pa.Table, key_field: str) -> np.ndarray:
-    """Per row, whether two row tables of equal length hold equal records.
-
-    A missing column and a null are the same (None is absent); CBOR cells
-    whose bytes differ are compared as decoded values (a map written in
-    another order is equal); NaN equals NaN, and -0.0 differs from 0.0.
-    """
-    n = left.num_rows
-    if not n:
-        return np.zeros(0, dtype=bool)
-    left, right = _under_newer_types(left, right, key_field)
-    both = concat_segments([left, right], key_field=key_field)
-    a, b = both.slice(0, n), both.slice(n, n)
-    equal = np.ones(n, dtype=bool)
-    for name in both.column_names:
-        if name == key_field:
-            continue
-        field = both.schema.field(name)
-        x, y = combine(a.column(name)), combine(b.column(name))
-        null_x = x.is_null().to_numpy(zero_copy_only=False)
-        null_y = y.is_null().to_numpy(zero_copy_only=False)
-        same = null_x & null_y
-        check = ~null_x & ~null_y
-        if check.any():
-            same |= check & _values_equal(x, y, field, check, name, a, b)
-        equal &= same
-    return equal
-
-
-def _under_newer_types(left: pa.Table, right: pa.Table, key: str) -> tuple[pa.Table, pa.Table]:
-    """Both row tables with a field one side widened (int32 -> float64, ...) cast to the
-    wider type on the other side too: a widening keeps every value, so a record read
-    before ``alter_schema(widen=)`` equals it read after (compared as they were, the
-    types met as CBOR, ``1`` differed from ``1.0``, a widening alone updated every
-    record and a merge against it found spurious row conflicts)."""
-    sides = [left, right]
-    for name in set(left.column_names) & set(right.column_names) - {key}:
-        types = [side.schema.field(name).type for side in sides]
-        for narrow, wide in ((0, 1), (1, 0)):
-            if types[0] != types[1] and can_widen(types[narrow], types[wide]):
-                side = sides[narrow]
-                field = side.schema.field(name).with_type(types[wide])
-                with contextlib.suppress(pa.ArrowNotImplementedError, pa.ArrowInvalid):
-                    column = side.column(name).cast(types[wide])
-                    sides[narrow] = side.set_column(
-                        side.schema.get_field_index(name), field, column
-                    )
-                break
-    return sides[0], sides[1]
-
-
-def _values_equal(
-    x: pa.Array,
-    y: pa.Array,
-    field: pa.Field,
-    check: np.ndarray,
-    name: str,
-    a: pa.Table,
-    b: pa.Table,
-) -> np.ndarray:
-    """Where both cells are non-null: whether they are equal."""
-    out = np.zeros(len(x), dtype=bool)
-    bits = _bits_type(field.type)
-    try:
-        if pa.types.is_floating(field.type):
-            # As bits, so that -0.0 differs from 0.0 (a change a merge must carry).
-            out = _flags(pc.equal(x.view(bits), y.view(bits)))
-            out |= _flags(pc.is_nan(x)) & _flags(pc.is_nan(y))
-        else:
-            # Nested floats as bits too: equal bits are equal values; cells whose bits
-            # differ may still hold NaN on both sides, which the decoded pass decides.
-            out = _flags(pc.equal(x.view(bits), y.view(bits)) if bits != x.type else pc.equal(x, y))
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, TypeError):
-        pass
-    else:
-        if not is_cbor_field(field) and (bits == field.type or out[check].all()):
-            return out
-    # Decoded comparison where the fast path could not decide (lists, structs, nested
-    # floats whose bits differ, CBOR bytes that differ).
-    todo = np.flatnonzero(check & ~out)
-    if len(todo):
-        take = pa.array(todo, type=pa.int64())
-        left = column_values(a.select([name]).take(take), name)
-        right = column_values(b.select([name]).take(take), name)
-        for i, p, q in zip(todo, left, right, strict=True):
-            out[i] = _same(p, q)
-    return out
-
-
-_FLOAT_BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
-
-
-def as_bits(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """``column`` with every floating-point value (nested ones too) viewed as the
-    integer of its width, so that comparing it compares stored bits: Arrow
-    compares floats as numbers (-0.0 equals 0.0, NaN equals no NaN)."""
-    bits = _bits_type(column.type)
-    if bits == column.type:
-        return column
-    return pa.chunked_array([chunk.view(bits) for chunk in column.chunks], bits)
-
-
-def _bits_type(t: pa.DataType) -> pa.DataType:
-    """``t`` with each floating-point type replaced by the integer type of its width."""
-    if pa.types.is_floating(t):
-        return _FLOAT_BITS[t.bit_width]
-    if pa.types.is_map(t):
-        return pa.map_(_bits_type(t.key_type), _bits_type(t.item_type), t.keys_sorted)
-    if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_bits_type(t.value_type)))
-    if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_bits_type(t.value_type)))
-    if pa.types.is_fixed_size_list(t):
-        return pa.list_(t.value_field.with_type(_bits_type(t.value_type)), t.list_size)
-    if pa.types.is_struct(t):
-        return pa.struct([field.with_type(_bits_type(field.type)) for field in t])
-    return t
-
-
-def _flags(array: pa.Array) -> np.ndarray:
-    flags: np.ndarray = array.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
-    return flags
-
-
-def _same(p: object, q: object) -> bool:
-    """Whether two decoded values are equal, with the rule for floats at any depth.
-
-    Floats compare as bits (-0.0 differs from 0.0), and NaN equals NaN: Python's
-    ``==`` says the opposite of both, which inside a list or struct made a change
-    of sign invisible and an unchanged NaN a change.
-    """
-    if type(p) is not type(q):
-        return False
-    if isinstance(p, float):
-        assert isinstance(q, float)
-        if math.isnan(p) or math.isnan(q):
-            return math.isnan(p) and math.isnan(q)
-        return struct.pack("<d", p) == struct.pack("<d", q)
-    if isinstance(p, (list, tuple)):
-        assert isinstance(q, (list, tuple))
-        return len(p) == len(q) and all(_same(a, b) for a, b in zip(p, q, strict=True))
-    if isinstance(p, dict):
-        assert isinstance(q, dict)
-        return p.keys() == q.keys() and all(_same(v, q[k]) for k, v in p.items())
-    return p == q
-
-
 # -- the diff --------------------------------------------------------------------------
 
 
@@ -487,7 +329,7 @@ def _member(keys: pa.Array, others: pa.Array) -> np.ndarray:
         return found
     if not len(keys) or not len(others):
         return np.zeros(len(keys), dtype=bool)
-    return _flags(pc.is_in(keys, value_set=others))
+    return flags(pc.is_in(keys, value_set=others))
 
 
 def _compare(old: SortedRows, new: SortedRows, key_field: str) -> ChangeSet:

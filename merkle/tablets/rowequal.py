@@ -1,0 +1,221 @@
+"""Whether two versions of a record are equal: what a diff calls an update and a merge a conflict.
+
+Two values are equal when they are stored the same, so that "no change" never
+hides a change a read would show: cells are compared column by column in
+Arrow where that is exact, and the rest (lists, structs, CBOR cells whose
+bytes differ) as decoded values, by type and exact value. The one
+documented exception (doc/versions.md) is a map's key order: a dict written
+in another order is equal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import decimal
+import math
+import struct
+from collections.abc import Hashable, Mapping
+
+import cbor2
+import numpy as np
+import pyarrow as pa
+
+from merkle.lazy import compute as pc
+from merkle.tablets.evolve import can_widen
+from merkle.tablets.keyindex import combine
+from merkle.tablets.segment import column_values, concat_segments, is_cbor_field
+
+__all__ = ["as_bits", "flags", "rows_equal", "same_value"]
+
+
+def rows_equal(left: pa.Table, right: pa.Table, key_field: str) -> np.ndarray:
+    """Per row, whether two row tables of equal length hold equal records.
+
+    A missing column and a null are the same (None is absent); CBOR cells
+    whose bytes differ are compared as decoded values by :func:`same_value`
+    (a map written in another order is equal; ``Decimal('1.0')`` and
+    ``Decimal('1.00')`` are not); NaN equals NaN, and -0.0 differs from 0.0.
+    """
+    n = left.num_rows
+    if not n:
+        return np.zeros(0, dtype=bool)
+    left, right = _under_newer_types(left, right, key_field)
+    both = concat_segments([left, right], key_field=key_field)
+    a, b = both.slice(0, n), both.slice(n, n)
+    equal = np.ones(n, dtype=bool)
+    for name in both.column_names:
+        if name == key_field:
+            continue
+        field = both.schema.field(name)
+        x, y = combine(a.column(name)), combine(b.column(name))
+        null_x = x.is_null().to_numpy(zero_copy_only=False)
+        null_y = y.is_null().to_numpy(zero_copy_only=False)
+        same = null_x & null_y
+        check = ~null_x & ~null_y
+        if check.any():
+            same |= check & _values_equal(x, y, field, check, name, a, b)
+        equal &= same
+    return equal
+
+
+def _under_newer_types(left: pa.Table, right: pa.Table, key: str) -> tuple[pa.Table, pa.Table]:
+    """Both row tables with a field one side widened (int32 -> float64, ...) cast to the
+    wider type on the other side too: a widening keeps every value, so a record read
+    before ``alter_schema(widen=)`` equals it read after (compared as they were, the
+    types met as CBOR, ``1`` differed from ``1.0``, a widening alone updated every
+    record and a merge against it found spurious row conflicts)."""
+    sides = [left, right]
+    for name in set(left.column_names) & set(right.column_names) - {key}:
+        types = [side.schema.field(name).type for side in sides]
+        for narrow, wide in ((0, 1), (1, 0)):
+            if types[0] != types[1] and can_widen(types[narrow], types[wide]):
+                side = sides[narrow]
+                field = side.schema.field(name).with_type(types[wide])
+                with contextlib.suppress(pa.ArrowNotImplementedError, pa.ArrowInvalid):
+                    column = side.column(name).cast(types[wide])
+                    sides[narrow] = side.set_column(
+                        side.schema.get_field_index(name), field, column
+                    )
+                break
+    return sides[0], sides[1]
+
+
+def _values_equal(
+    x: pa.Array,
+    y: pa.Array,
+    field: pa.Field,
+    check: np.ndarray,
+    name: str,
+    a: pa.Table,
+    b: pa.Table,
+) -> np.ndarray:
+    """Where both cells are non-null: whether they are equal."""
+    out = np.zeros(len(x), dtype=bool)
+    bits = _bits_type(field.type)
+    try:
+        if pa.types.is_floating(field.type):
+            # As bits, so that -0.0 differs from 0.0 (a change a merge must carry).
+            out = flags(pc.equal(x.view(bits), y.view(bits)))
+            out |= flags(pc.is_nan(x)) & flags(pc.is_nan(y))
+        else:
+            # Nested floats as bits too: equal bits are equal values; cells whose bits
+            # differ may still hold NaN on both sides, which the decoded pass decides.
+            out = flags(pc.equal(x.view(bits), y.view(bits)) if bits != x.type else pc.equal(x, y))
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, TypeError):
+        pass
+    else:
+        if not is_cbor_field(field) and (bits == field.type or out[check].all()):
+            return out
+    # Decoded comparison where the fast path could not decide (lists, structs, nested
+    # floats whose bits differ, CBOR bytes that differ: equal bytes are equal values).
+    todo = np.flatnonzero(check & ~out)
+    if len(todo):
+        take = pa.array(todo, type=pa.int64())
+        left = column_values(a.select([name]).take(take), name)
+        right = column_values(b.select([name]).take(take), name)
+        for i, p, q in zip(todo, left, right, strict=True):
+            out[i] = same_value(p, q)
+    return out
+
+
+_FLOAT_BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
+
+
+def as_bits(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """``column`` with every floating-point value (nested ones too) viewed as the
+    integer of its width, so that comparing it compares stored bits: Arrow
+    compares floats as numbers (-0.0 equals 0.0, NaN equals no NaN)."""
+    bits = _bits_type(column.type)
+    if bits == column.type:
+        return column
+    return pa.chunked_array([chunk.view(bits) for chunk in column.chunks], bits)
+
+
+def _bits_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with each floating-point type replaced by the integer type of its width."""
+    if pa.types.is_floating(t):
+        return _FLOAT_BITS[t.bit_width]
+    if pa.types.is_map(t):
+        return pa.map_(_bits_type(t.key_type), _bits_type(t.item_type), t.keys_sorted)
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_bits_type(t.value_type)))
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_bits_type(t.value_type)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(_bits_type(t.value_type)), t.list_size)
+    if pa.types.is_struct(t):
+        return pa.struct([field.with_type(_bits_type(field.type)) for field in t])
+    return t
+
+
+def flags(array: pa.Array) -> np.ndarray:
+    """A boolean Arrow array as a numpy mask, null as False."""
+    mask: np.ndarray = array.fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+    return mask
+
+
+# -- decoded values ------------------------------------------------------------------
+
+
+def same_value(p: object, q: object) -> bool:
+    """Whether two decoded values are stored the same: same type and exact value at any depth.
+
+    Python's ``==`` is too loose for "no change": ``Decimal('1.0') == Decimal('1.00')``,
+    an aware datetime equals the same instant at another UTC offset, ``-0.0 == 0.0``,
+    ``1 == True`` as a dict key; each of those pairs reads back differently, so
+    comparing with ``==`` made such a write no change to a diff and a merge of it
+    silently kept the old value. And ``==`` says NaN differs from NaN, which made
+    an unchanged NaN a change. So floats compare as bits (any NaN equals any NaN),
+    Decimals by sign, digits and exponent, datetimes by wall time and UTC offset,
+    containers item by item with these rules. A dict's key order is the one
+    difference that is not a change (doc/versions.md).
+    """
+    if type(p) is not type(q):
+        return False
+    if isinstance(p, list | tuple):
+        assert isinstance(q, list | tuple)
+        return len(p) == len(q) and all(same_value(a, b) for a, b in zip(p, q, strict=True))
+    if isinstance(p, Mapping):
+        assert isinstance(q, Mapping)
+        return _same_maps(p, q)
+    if isinstance(p, cbor2.CBORTag):
+        assert isinstance(q, cbor2.CBORTag)
+        return p.tag == q.tag and same_value(p.value, q.value)
+    return _token(p) == _token(q)
+
+
+def _same_maps(p: Mapping[object, object], q: Mapping[object, object]) -> bool:
+    """Same keys (exactly, as :func:`_token` tells them) with the same values, in any order."""
+    if len(p) != len(q):
+        return False
+    theirs = {_token(k): v for k, v in q.items()}
+    mine = {_token(k): v for k, v in p.items()}
+    if len(theirs) != len(q) or len(mine) != len(p):
+        # Keys only Python tells apart (two NaN keys): compare in order.
+        return all(same_value(a, b) for a, b in zip(p.items(), q.items(), strict=True))
+    return mine.keys() == theirs.keys() and all(same_value(v, theirs[k]) for k, v in mine.items())
+
+
+def _token(v: object) -> Hashable:
+    """A hashable stand-in for ``v``: equal exactly when the values are stored the same.
+
+    Used for dict keys and set members, which must match exactly too (``{1: x}``
+    and ``{True: x}`` are not the same map), and for scalars.
+    """
+    kind = type(v)
+    if isinstance(v, float):
+        return (kind, "nan") if math.isnan(v) else (kind, struct.pack("<d", v))
+    if isinstance(v, decimal.Decimal):
+        return (kind, v.as_tuple())
+    if isinstance(v, datetime.datetime):
+        return (kind, v.replace(tzinfo=None), v.utcoffset())
+    if isinstance(v, list | tuple):
+        return (kind, tuple(_token(x) for x in v))
+    if isinstance(v, Mapping):
+        return (kind, frozenset((_token(k), _token(x)) for k, x in v.items()))
+    if isinstance(v, set | frozenset):
+        return (kind, frozenset(_token(x) for x in v))
+    if isinstance(v, cbor2.CBORTag):
+        return (kind, v.tag, _token(v.value))
+    return (kind, v)
