@@ -376,7 +376,8 @@ class Database(RecordOps):
         ``replayable`` (an upsert) the op is recorded even when there is nothing to write
         here: on a concurrent head it may write rows (see :mod:`merkle.db.ops`)."""
         state = self._state(table)
-        rows_in = as_rows(records, state.table.key, table)  # names the record at fault
+        # as_rows names the record at fault; the schema types a DataFrame's map column
+        rows_in = as_rows(records, state.table.key, table, state.table.root.schema)
         try:
             current, rows = state.table.prepare_rows(rows_in)
         except UsageError as exc:

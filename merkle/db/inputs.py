@@ -5,7 +5,7 @@ data is a ``pyarrow.Table``, ``RecordBatch`` or ``RecordBatchReader``, or any
 object that exports an Arrow stream (``__arrow_c_stream__``: pandas and
 Polars DataFrames, DuckDB results, ...). A pandas DataFrame keeps a named
 index as columns (``df.set_index("id")`` writes ``id``); an unnamed index is
-not data and is dropped.
+not data and is dropped (see :mod:`merkle.db.frames`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from merkle.blocks.codec import encode_node
+from merkle.db.frames import pandas_table
 from merkle.errors import SchemaError, UsageError
 from merkle.tablets.conform import KeyLayout
 
@@ -56,34 +57,32 @@ def is_arrow_like(data: Any) -> bool:
     )
 
 
-def _pandas_table(frame: Any) -> pa.Table | None:
-    module = type(frame).__module__
-    if not module.startswith("pandas"):
-        return None
-    import pandas
+def as_arrow(
+    data: Any,
+    schema: pa.Schema | None = None,
+    key: KeyLayout | None = None,
+    table: str = "this table",
+) -> pa.Table | pa.RecordBatch:
+    """Arrow data (or a DataFrame) as a pyarrow Table or RecordBatch, schema metadata dropped.
 
-    if not isinstance(frame, pandas.DataFrame):
-        return None
-    named = any(name is not None for name in frame.index.names)
-    return pa.Table.from_pandas(frame, preserve_index=named)
-
-
-def as_arrow(data: Any) -> pa.Table | pa.RecordBatch:
-    """Arrow data (or a DataFrame) as a pyarrow Table or RecordBatch, schema metadata dropped."""
+    A pandas DataFrame is converted by :func:`~merkle.db.frames.pandas_table`:
+    ``schema`` (the table's, when known) types a column no inference reads (a map
+    field as ``to_pandas`` gives it), ``key`` and ``table`` name a misfit value.
+    """
     if isinstance(data, pa.Table | pa.RecordBatch):
         return data
-    table = _pandas_table(data)
-    if table is None:
+    table_in = pandas_table(data, schema, key, table)
+    if table_in is None:
         if isinstance(data, pa.RecordBatchReader):
-            table = data.read_all()
+            table_in = data.read_all()
         else:
             try:
-                table = pa.table(data)
+                table_in = pa.table(data)
             except (pa.ArrowException, TypeError, ValueError) as exc:
                 raise UsageError(
                     f"cannot read {type(data).__name__} as Arrow data: {exc}"
                 ) from None
-    return table.replace_schema_metadata(None)
+    return table_in.replace_schema_metadata(None)
 
 
 def once_readable(data: Any) -> Any:
@@ -97,11 +96,12 @@ def once_readable(data: Any) -> Any:
 
 
 def as_rows(
-    data: Any, key: KeyLayout, table: str
+    data: Any, key: KeyLayout, table: str, schema: pa.Schema | None = None
 ) -> pa.Table | pa.RecordBatch | list[Mapping[str, Any]]:
-    """What ``write`` was given, as Arrow or as a list of records holding the key fields."""
+    """What ``write`` was given, as Arrow or as a list of records holding the key fields
+    (``schema``, the table's when known, types a DataFrame column inference cannot)."""
     if is_arrow_like(data):
-        return as_arrow(data)
+        return as_arrow(data, schema, key, table)
     if isinstance(data, Mapping):
         out: list[Mapping[str, Any]] = []
         for value, record in data.items():

@@ -5,9 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
+
 from merkle.blocks.cid import CID
 from merkle.errors import MerkleError, NotFoundError, UsageError
 from merkle.tablets.keys import infer_key_codec_arrow
+from merkle.tablets.schema import composite_column
 from merkle.tablets.segment import arrow_to_records
 from merkle.tablets.store import TableStore
 from merkle.tablets.table import Table
@@ -60,7 +63,13 @@ def list_tablets(table: Table) -> list[dict[str, Any]]:
 def read_stray_tablet(
     ts: TableStore, cid: CID, fields: Sequence[str] | None
 ) -> Iterator[dict[str, Any]]:
-    """The records of a tablet no table of the database holds (made by a bulk job)."""
+    """The records of a tablet no table of the database holds (made by a bulk job, or
+    kept by another version of the database).
+
+    No table says which family holds which field, so the tablet is read whole (every
+    family) and projected here: one tablet, at most ``tablet_size``. A composite key,
+    stored as one struct column, is given back as its fields, as a table's reads do.
+    """
     try:
         node = ts.tablet(cid)
     except MerkleError as exc:
@@ -68,14 +77,34 @@ def read_stray_tablet(
     # The key column leads the base segment of a version 1 tablet, the key block of a page.
     keys = ts.segment(node.pages[0].keys if node.pages else node.segments["base"])
     key_field = keys.column_names[0]
-    codec = infer_key_codec_arrow(keys.schema.field(key_field).type)
+    key_type = keys.schema.field(key_field).type
+    codec = infer_key_codec_arrow(key_type)
+    parts = _key_parts(key_field, key_type)
     stray = Table.new(ts, key_field=key_field, key_codec=codec.spec)
-    rows = stray.read_tablet(cid, fields)
-    unknown = [name for name in fields or () if name not in rows.column_names]
+    rows = stray.read_tablet(cid, None)
+    names = [*parts, *rows.column_names[1:]] if parts else rows.column_names
+    unknown = [name for name in fields or () if name not in names]
     if unknown:  # no table to ask: the tablet's own columns are its fields
-        every = stray.read_tablet(cid, None).column_names
         raise UsageError(
-            f"tablet {cid} has no field {unknown[0]!r}; its fields: {', '.join(every)}: "
+            f"tablet {cid} has no field {unknown[0]!r}; its fields: {', '.join(names)}: "
             "read only fields the tablet has (fields=None reads all)"
         )
-    return iter(arrow_to_records(rows, key_field=key_field, codec=codec, fields=fields))
+    records = arrow_to_records(rows, key_field=key_field, codec=codec, fields=fields)
+    if parts:
+        records = [{**dict(zip(parts, r.pop(key_field), strict=True)), **r} for r in records]
+    return iter(records)
+
+
+def _key_parts(key_field: str, key_type: pa.DataType) -> tuple[str, ...]:
+    """The key fields a composite key column holds, else ().
+
+    The column is a struct of the parts (children named ``0``, ``1``, ...) named
+    ``(a,b)`` for the fields (:func:`~merkle.tablets.schema.composite_column`); a name
+    that does not split into one field per part (a field name holding a comma) is
+    ambiguous, and the key is left as one tuple under the column's name.
+    """
+    if not pa.types.is_struct(key_type) or not key_field.startswith("("):
+        return ()
+    parts = tuple(key_field[1:-1].split(","))
+    fits = len(parts) == key_type.num_fields > 1 and composite_column(parts) == key_field
+    return parts if fits and len(set(parts)) == len(parts) else ()

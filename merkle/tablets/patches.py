@@ -27,7 +27,7 @@ from merkle.tablets.keys import KeyCodec
 from merkle.tablets.rows import SortedRows, empty_keys
 from merkle.tablets.segment import concat_segments
 
-__all__ = ["Patches", "apply_patches", "compose", "insert_field", "no_patches"]
+__all__ = ["Patches", "apply_patches", "choose", "compose", "insert_field", "no_patches"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +138,7 @@ def apply_patches(base: SortedRows, patches: Patches, key_field: str) -> SortedR
         sets = pa.array(bits, type=pa.bool_()).take(index).fill_null(False)
         field, new = values.schema.field(name), values.column(name)
         if name not in table.column_names:
-            table = insert_field(table, field, pc.if_else(sets, new, pa.nulls(len(new), new.type)))
+            table = insert_field(table, field, choose(sets, new, pa.nulls(len(new), new.type)))
             continue
         old_field, old = table.schema.field(name), table.column(name)
         if old_field.equals(field):
@@ -149,8 +149,31 @@ def apply_patches(base: SortedRows, patches: Patches, key_field: str) -> SortedR
             old = pa.nulls(len(old), new.type)
         else:
             field, old, new = _common(key_field, name, old, new)
-        table = table.set_column(table.column_names.index(name), field, pc.if_else(sets, new, old))
+        table = table.set_column(table.column_names.index(name), field, choose(sets, new, old))
     return SortedRows(table, base.keys)
+
+
+def choose(
+    sets: pa.Array, new: pa.Array | pa.ChunkedArray, old: pa.Array | pa.ChunkedArray
+) -> pa.Array | pa.ChunkedArray:
+    """Per row, ``new`` where ``sets`` is true, else ``old`` (two columns of one type).
+
+    ``if_else`` has no kernel for extension types (``pa.uuid()``, ``pa.json_()``, ...),
+    nor for nested types holding one: those are picked with ``take`` from both columns
+    laid end to end, which every type supports.
+    """
+    try:
+        return pc.if_else(sets, new, old)
+    except pa.ArrowNotImplementedError:
+        n = len(new)
+        at = np.arange(n, dtype=np.int64)
+        picks = np.where(sets.to_numpy(zero_copy_only=False), at, at + n)
+        both = pa.chunked_array([*_chunks(new), *_chunks(old)], type=new.type)
+        return both.take(pa.array(picks))
+
+
+def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
+    return list(column.chunks) if isinstance(column, pa.ChunkedArray) else [column]
 
 
 def _common(

@@ -1,0 +1,190 @@
+"""pandas DataFrames given to ``Database.write``, as Arrow tables.
+
+pyarrow converts a DataFrame (``pa.Table.from_pandas``), but what it cannot
+convert it reports as raw ``ArrowInvalid``, ``ArrowTypeError``, ``ValueError``
+or ``TypeError``. Here each becomes a :class:`~merkle.errors.UsageError`
+naming the column and what to do, checked before the conversion where pandas
+says enough (two columns of one name, a sparse or complex column) and column
+by column after it fails (a column of mixed values).
+
+A column that Arrow cannot type by itself may still fit the table's own field:
+``to_pandas`` gives a map field as lists of ``(key, value)`` tuples, which no
+inference reads as a map. Such a column is converted to the field's type as
+records are (:func:`~merkle.tablets.fitcolumn.typed_array`: a value the type
+would cut or round is a SchemaError, never stored changed), so ``to_pandas``
+then ``write`` stores what it read.
+
+The index: a named index level is data and becomes a field (after the
+columns); an unnamed one is dropped. A named level that has a column's name is
+that column when their values are equal (``df.set_index("id", drop=False)``)
+and is dropped; with other values it is a UsageError, not a second field
+under an invented name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from merkle.errors import SchemaError, UsageError
+from merkle.tablets.conform import KeyLayout
+from merkle.tablets.fitcolumn import typed_array
+from merkle.tablets.schema import is_free
+
+__all__ = ["pandas_table"]
+
+#: What pyarrow raises for a column it cannot convert.
+_ARROW_FAILURES = (pa.ArrowException, TypeError, ValueError, OverflowError)
+
+
+def pandas_table(
+    frame: Any,
+    schema: pa.Schema | None = None,
+    key: KeyLayout | None = None,
+    table: str = "this table",
+) -> pa.Table | None:
+    """``frame`` as an Arrow table if it is a pandas DataFrame, else None.
+
+    ``schema`` (the table's, when known) types a column no inference can read;
+    ``key`` names the record of a value that does not fit; ``table`` names the
+    table in errors.
+    """
+    if not type(frame).__module__.startswith("pandas"):
+        return None
+    import pandas
+
+    if not isinstance(frame, pandas.DataFrame):
+        return None
+    _check_names(frame.columns, table)
+    data, columns = _index_as_columns(frame, table)
+    _check_kinds(data, columns, table)
+    try:
+        return pa.Table.from_pandas(data, columns=columns, preserve_index=False)
+    except _ARROW_FAILURES:
+        pass
+    return _by_column(data, columns, schema, key, table)
+
+
+def _label(name: Hashable) -> str:
+    """A column's field name (pyarrow's: a name that is not a string is written as one)."""
+    return name if isinstance(name, str) else str(name)
+
+
+def _check_names(names: Sequence[Hashable], table: str) -> None:
+    seen: set[str] = set()
+    for name in names:
+        label = _label(name)
+        if label in seen:
+            raise UsageError(
+                f"the DataFrame written to table {table!r} has more than one column named "
+                f"{label!r}: a field is one column; rename or drop the others "
+                "(df.loc[:, ~df.columns.duplicated()] keeps the first)"
+            )
+        seen.add(label)
+
+
+def _index_as_columns(frame: Any, table: str) -> tuple[Any, list[Hashable]]:
+    """The frame with its named index levels as columns, and the columns to write: the
+    frame's, then those levels (the rest of the index is dropped)."""
+    import pandas
+
+    columns = list(frame.columns)
+    keep: list[int] = []
+    for level, name in enumerate(frame.index.names):
+        if name is None:
+            continue  # an unnamed index (or level) is not data
+        column = next((c for c in columns if _label(c) == _label(name)), None)
+        if column is not None:
+            values = frame.index.get_level_values(level)
+            if values.equals(pandas.Index(frame[column])):
+                continue  # the column holds it already (set_index(..., drop=False))
+            raise UsageError(
+                f"the DataFrame written to table {table!r} has an index named {name!r} and a "
+                f"column named {name!r} with other values: one field cannot hold both; "
+                "rename the index (df.rename_axis(...)) or drop it (df.reset_index(drop=True))"
+            )
+        keep.append(level)
+    if not keep:
+        return frame, columns
+    names = [frame.index.names[level] for level in keep]
+    _check_names([*columns, *names], table)
+    return frame.reset_index(level=keep), [*columns, *names]
+
+
+def _check_kinds(data: Any, columns: Sequence[Hashable], table: str) -> None:
+    """A UsageError for a column Arrow has no type for (sparse, complex)."""
+    import pandas
+
+    for name in columns:
+        dtype = data[name].dtype
+        if isinstance(dtype, pandas.SparseDtype):
+            raise UsageError(
+                f"column {_label(name)!r} of the DataFrame written to table {table!r} is "
+                f"sparse ({dtype}), which Arrow cannot hold: make it dense first "
+                f"(df[{name!r}] = df[{name!r}].sparse.to_dense())"
+            )
+        if getattr(dtype, "kind", None) == "c":
+            raise UsageError(
+                f"column {_label(name)!r} of the DataFrame written to table {table!r} holds "
+                f"complex numbers ({dtype}), which Arrow has no type for: write the real and "
+                "imaginary parts as two fields (np.real, np.imag)"
+            )
+
+
+def _by_column(
+    data: Any,
+    columns: Sequence[Hashable],
+    schema: pa.Schema | None,
+    key: KeyLayout | None,
+    table: str,
+) -> pa.Table:
+    """The frame converted one column at a time (after the whole-frame conversion failed):
+    a column inference cannot read is typed by the table's field of its name, or named
+    in a UsageError."""
+    labels = [_label(name) for name in columns]
+    arrays = []
+    for name, label in zip(columns, labels, strict=True):
+        series = data[name]
+        try:
+            arrays.append(pa.array(series, from_pandas=True))
+            continue
+        except _ARROW_FAILURES as exc:
+            failure = exc
+        field = schema.field(label) if schema is not None and label in schema.names else None
+        if field is None or is_free(field):
+            way = (
+                "write the rows as records (df.to_dict('records')): a schema-free field "
+                "takes values of any kind from records"
+                if field is not None
+                else f"give the column one type (a column holding both 1 and 'a' has none; "
+                f"df[{name!r}].astype(str) makes every value a string), or declare the field "
+                "schema-free (merkle.free_field) and write the rows as records "
+                "(df.to_dict('records'))"
+            )
+            raise UsageError(
+                f"column {label!r} of the DataFrame written to table {table!r} cannot be "
+                f"converted to Arrow ({failure}): {way}"
+            )
+        values = series.astype(object).where(series.notna(), None).tolist()
+        try:
+            arrays.append(typed_array(label, values, field.type, _key_of(data, key)))
+        except SchemaError as exc:  # named like a write's: the table, then the field
+            raise SchemaError(f"table {table!r}: {exc}") from None
+    return pa.Table.from_arrays(arrays, names=labels)
+
+
+def _key_of(data: Any, key: KeyLayout | None) -> Callable[[int], Any]:
+    """The key of the row at a position, for errors (the position when the frame does
+    not hold the key fields)."""
+    if key is None or not all(name in data.columns for name in key.fields):
+        return lambda position: position
+    parts = [data[name] for name in key.fields]
+
+    def value(part: Any, position: int) -> Any:  # a Python value, not a numpy scalar
+        return part.iloc[position : position + 1].tolist()[0]
+
+    if not key.composite:
+        return lambda position: value(parts[0], position)
+    return lambda position: tuple(value(part, position) for part in parts)
