@@ -62,14 +62,22 @@ def diff(
     conn = connection()
     new = conn.open_db(db, version=v2) if v2 is not None else conn.open_db(db)
     if v1 is None:
-        from merkle.db.ancestry import last_change
+        from merkle.db.ancestry import drop_below, last_change
 
         made = last_change(conn, new.entry)
-        if made.parent is None:
+        # A version that created the database again follows its drop: a new line, with
+        # no parent either (diffing against the drop would say the live one is dropped).
+        drop = drop_below(conn, made)
+        if made.parent is None or drop is not None:
             fence = "" if made is new.entry else f" is a gc fence over version {made.version}"
+            again = (
+                ""
+                if drop is None
+                else f" created the database again after its drop at version {drop.version}, so it"
+            )
+            which = ", which" if fence else ""
             raise CliError(
-                f"version {new.version} of {db!r}{fence}{', which' if fence else ''} has no "
-                "parent: name V1"
+                f"version {new.version} of {db!r}{fence}{which}{again} has no parent: name V1"
             )
         v1 = made.parent
     changes = new.diff(v1, table=table, fields=parse_fields(fields))

@@ -38,7 +38,16 @@ if TYPE_CHECKING:
     from merkle.db.connection import Connection
     from merkle.refs import RefManager, TagManager
 
-__all__ = ["Lineage", "VersionId", "kept_entry", "last_change", "still_kept", "tagged_entry"]
+__all__ = [
+    "Lineage",
+    "VersionId",
+    "drop_below",
+    "held_before",
+    "kept_entry",
+    "last_change",
+    "still_kept",
+    "tagged_entry",
+]
 
 VersionId = tuple[str, int]
 
@@ -121,6 +130,38 @@ def last_change(conn: Connection, entry: JournalEntry) -> JournalEntry:
         except NotFoundError:
             break
     return entry
+
+
+def drop_below(conn: Connection, entry: JournalEntry) -> JournalEntry | None:
+    """The drop entry just below ``entry`` when ``entry`` created the database again
+    after it (a create or a clone onto the dropped name), else None.
+
+    Such an entry starts a new line: its journal ``parent`` is the drop, which
+    holds no data, so it has no parent to diff against (``merkle diff DB``, a
+    ``db.diff(db.version - 1)``) as version 0 has none.
+    """
+    if entry.dropped or entry.parent is None:
+        return None
+    if entry.created is not None and entry.created != entry.version:
+        return None  # the same life as its parent: no drop between them
+    try:
+        parent = kept_entry(conn, entry.db, entry.parent)
+    except NotFoundError:
+        return None  # trimmed: whatever it was, nothing to name
+    return parent if parent.dropped else None
+
+
+def held_before(conn: Connection, drop: JournalEntry) -> int | None:
+    """The version just below the drop ``drop``, the last of the life it ended, when it
+    is still kept (by the journal or a tag) and holds data; None otherwise. Errors
+    about a drop name it as the version to use instead."""
+    if drop.parent is None:
+        return None
+    try:
+        below = kept_entry(conn, drop.db, drop.parent)
+    except NotFoundError:
+        return None
+    return None if below.dropped else below.version
 
 
 class Lineage:

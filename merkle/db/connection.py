@@ -22,7 +22,7 @@ from merkle.blocks.walk import missing_below
 from merkle.db.ancestry import kept_entry, still_kept, tagged_entry
 from merkle.db.closed import closed_error
 from merkle.db.database import Database
-from merkle.db.dbroot import DB_ROOT, DbRoot
+from merkle.db.dbroot import DbRoot
 from merkle.db.inputs import check_count, check_flag, check_metadata
 from merkle.db.lakeconfig import lake_config, lake_sizes
 from merkle.db.unleased import unleased_staging
@@ -214,14 +214,19 @@ class Connection:
         entries += tagged if limit is None else tagged[: limit - len(entries)]
         return entries
 
-    def _database(self, entry: JournalEntry, reader: ReaderLease | None = None) -> Database:
-        """The value of ``entry``; with ``reader``, one that reads under that lease."""
+    def _database(
+        self, entry: JournalEntry, reader: ReaderLease | None = None, *, past: bool = False
+    ) -> Database:
+        """The value of ``entry``; with ``reader``, one that reads under that lease; ``past``:
+        a version asked for by number, time or tag, whose missing blocks say why."""
         if entry.root is None:
             raise NotFoundError(
                 f"database {entry.db!r} was dropped at version {entry.version}; open an "
                 "earlier version, or create it again"
             )
         cid = CID.parse(entry.root)
+        if reader is None and not past:
+            return Database(self, entry, DbRoot.from_node(self.blocks.get_node(cid), cid))
         if reader is None:
             staging = unleased_staging(self.blocks, self.refs, entry)  # a block gone: say why
             root = DbRoot.from_node(staging.get_node(cid), cid)
@@ -286,7 +291,7 @@ class Connection:
             else tagged_entry(self, name, tag, version, at)
         )
         if not check_flag(lease, "open_db(lease=)") or entry.root is None:
-            return self._database(entry)
+            return self._database(entry, past=(version, at, tag) != (None, None, None))
         # Lease first, then check the entry is still in the journal, and only then read
         # any block: a collection that trimmed the version either saw the lease or made
         # the check fail (see merkle.gc.collect).
@@ -403,15 +408,9 @@ class Connection:
                 f"root must be a Database or a root CID string, got {type(root).__name__}"
             )
         else:  # reject a bad root before any lease is written
-            cid = CID.parse(root)
-            node = self.blocks.get_node(cid)
-            kind = node.get("type") if isinstance(node, dict) else None
-            if isinstance(kind, str) and kind.startswith("merkle/") and kind != DB_ROOT:
-                raise UsageError(
-                    f"root {cid} is a {kind} node, not a database root: clone from a "
-                    "database version's root (Database.root, or a root `merkle db log` shows)"
-                )
-            DbRoot.from_node(node, cid)
+            from merkle.db.cloneroot import clone_root
+
+            cid = clone_root(self.blocks, root)
         from merkle.db.landing import after_the_entry  # writes only: not for a read's start
 
         with after_the_entry(name) as put:

@@ -367,11 +367,47 @@ def resolve_other(db: Database, other: Any) -> Database:
             f"diff needs a Database, a version number or a database name, got {other!r}"
         )
     if isinstance(other, int):
-        return conn.open_db(db.name, version=other)
+        try:
+            return conn.open_db(db.name, version=other)
+        except NotFoundError:
+            drop = _drop_named(db, other)
+            if drop is None:
+                raise
+            raise drop from None
     if isinstance(other, str):
         return conn.open_db(other)
     raise UsageError(
         f"diff needs a Database, a version number or a database name, got {type(other).__name__}"
+    )
+
+
+def _drop_named(db: Database, version: int) -> NotFoundError | None:
+    """The error for ``db.diff(version)`` when ``version`` is a drop entry (None when it
+    is not: the caller's own error stands).
+
+    The drop holds no data. ``db.diff(db.version - 1)`` names it when ``db`` created
+    the database again after it: such a version has no parent, as version 0 has none.
+    """
+    from merkle.db.ancestry import drop_below, held_before, kept_entry
+
+    conn = db._conn
+    try:
+        entry = kept_entry(conn, db.name, version)
+    except NotFoundError:
+        return None
+    if not entry.dropped:
+        return None
+    below = drop_below(conn, db.entry)
+    again = (
+        f"; version {db.version} created the database again after it, so it has no parent"
+        if below is not None and below.version == version
+        else ""
+    )
+    before = held_before(conn, entry)
+    hint = f", e.g. version {before} (the last before the drop)" if before is not None else ""
+    return NotFoundError(
+        f"version {version} of database {db.name!r} is a drop: it holds no data to diff "
+        f"against{again}. Diff against a version that holds data{hint}"
     )
 
 

@@ -1,4 +1,5 @@
-"""The lake's blocks as a value opened without a reader lease reads them.
+"""The lake's blocks as a past version (by number, time or tag) opened without a reader
+lease reads them.
 
 Without ``lease=True`` nothing keeps a version's blocks once newer versions
 exist and retention lets the version go: a collection may remove them under

@@ -18,7 +18,10 @@ history a merge at or before it brought in: pull, merge, push), or at one a
 sync from this source wrote that retention has since trimmed at the source
 (its entry, past any collection fences, records ``synced_from`` this lake,
 database and root, in the current life of the database there): anything
-else diverged and is refused with :class:`SyncDivergedError`. A sync killed at
+else diverged and is refused with :class:`SyncDivergedError`. The plan is made
+again (a bounded number of times) when the destination moves, and when a
+collection at the source trims a planned version before its lease is taken:
+the result is what a sync started after that collection sends. A sync killed at
 any point leaves at most unreferenced blocks and a destination head at a
 complete version; running it again sends only what is still missing, and
 looks up (never copies again) what arrived.
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from merkle.blocks.cid import CID
-from merkle.db.ancestry import Lineage, kept_entry
+from merkle.db.ancestry import Lineage, held_before, kept_entry, still_kept
 from merkle.db.inputs import check_flag
 from merkle.db.landing import land
 from merkle.errors import ConflictError, NotFoundError, UsageError
@@ -41,6 +44,7 @@ from merkle.transfer.blockcopy import CopyStats, copy_dag
 
 if TYPE_CHECKING:
     from merkle.db.connection import Connection
+    from merkle.db.database import Database
 
 __all__ = ["SyncDivergedError", "SyncReport", "sync"]
 
@@ -94,14 +98,28 @@ def _lineage(src: Connection, db: str, version: int | None) -> list[JournalEntry
     for entry in entries:  # newest first; stop at the drop that ended an earlier life
         if entry.dropped:
             if not line:
-                raise NotFoundError(
-                    f"database {db!r} is dropped at version {entry.version} in {src.uri}; "
-                    "pass the version to send"
-                )
+                raise _dropped(src, entry, version)
             break
         line.append(entry)
     line.reverse()
     return line
+
+
+def _dropped(src: Connection, drop: JournalEntry, version: int | None) -> NotFoundError:
+    """The error for a sync whose version to send is the drop entry ``drop``: the head
+    (``version=None``) or the version named. It names the version before the drop
+    when retention still keeps it."""
+    before = held_before(src, drop)
+    hint = f", e.g. version {before} (the last before the drop)" if before is not None else ""
+    if version is None:
+        return NotFoundError(
+            f"database {drop.db!r} is dropped at version {drop.version} in {src.uri}: "
+            f"pass the version to send (version=, --version){hint}"
+        )
+    return NotFoundError(
+        f"version {version} of database {drop.db!r} in {src.uri} is a drop: it holds no "
+        f"data to send. Pass a version that holds data{hint}"
+    )
 
 
 def _to_send(
@@ -276,6 +294,8 @@ def sync(
     that choice. Blocks the destination holds are not sent again. Raises
     SyncDivergedError if the destination has versions the source lacks.
     """
+    _check_connection(src, "src")
+    _check_connection(dst, "dst")
     check_db_name(db)
     target = check_db_name(as_name if as_name is not None else db)
     if version is not None:  # True is no version 1, nor "1" a version
@@ -300,7 +320,31 @@ def sync(
             return report
         except JournalConflictError:
             continue  # the destination moved meanwhile: plan again from its new head
-    raise ConflictError(f"gave up sending {db!r}: {target!r} kept changing at {dst.uri}")
+        except _SourceTrimmedError:
+            # Retention at the source trimmed a version planned (a collection there ran
+            # meanwhile): plan again from what it keeps now, as a sync started after the
+            # collection would. A version the caller named and lost fails in _lineage.
+            continue
+    raise ConflictError(
+        f"gave up sending {db!r}: {target!r} at {dst.uri} or the versions {src.uri} keeps "
+        "kept changing; run the sync again"
+    )
+
+
+def _check_connection(conn: object, what: str) -> None:
+    """UsageError unless ``conn`` is a Connection: a lake URI string (the natural slip)
+    is told to be opened first, with :func:`merkle.connect`."""
+    from merkle.db.connection import Connection  # not at import: connection imports much
+
+    if isinstance(conn, Connection):
+        return
+    shown = f"{type(conn).__name__} {conn!r}"
+    advice = (
+        f"open the lake first: merkle.connect({conn!r})"
+        if isinstance(conn, str)
+        else "open the lake with merkle.connect(uri)"
+    )
+    raise UsageError(f"sync({what}=) takes a Connection, got {shown}: {advice}")
 
 
 def _send(
@@ -330,7 +374,7 @@ def _send(
         meta["synced_origin"] = before
     meta["synced_from"] = record
     live = planned is not None and not planned.dropped
-    with src.open_db(entry.db, version=entry.version, lease=True):
+    with _source_version(src, entry):
 
         def write(ticket: WriterTicket, first: bool) -> None:
             trusted: list[CID] = []
@@ -366,6 +410,22 @@ def _send(
             )
 
         return land(dst, target, write, put)
+
+
+def _source_version(src: Connection, entry: JournalEntry) -> Database:
+    """Source version ``entry`` under a reader lease; :class:`_SourceTrimmedError` when
+    retention no longer keeps it (trimmed since the plan: the plan is void)."""
+    assert entry.root is not None
+    try:
+        return src.open_db(entry.db, version=entry.version, lease=True)
+    except NotFoundError:
+        if still_kept(src.refs, src.tag_refs, entry.db, entry.version, entry.root):
+            raise  # kept, yet not found: not a trim; the error says what
+        raise _SourceTrimmedError(entry.db, entry.version) from None
+
+
+class _SourceTrimmedError(Exception):
+    """A version a sync planned to send was trimmed at the source before it was leased."""
 
 
 def _key(entry: JournalEntry | None) -> tuple[int, str | None] | None:
