@@ -4,7 +4,10 @@
 accepted only when casting back gives the same values (an int64 column fits
 an int32 field when every value is in range; 1.5 never fits an int field)
 and Arrow's checked cast agrees (a decimal beyond the field's precision, or
--1 into uint64, survives the unchecked round trip but is no fit).
+-1 into uint64, survives the unchecked round trip but is no fit). The rows
+are compared by Arrow kernels (:mod:`merkle.tablets.fitexact`), which also hold
+a decimal and a float to being the same number: ``Decimal("0.1")`` comes back
+from float32 as 0.1, but float32 holds only 0.10000000149....
 :func:`typed_array` takes Python values (records, or a column no cast kernel
 converts exactly) and checks each with :func:`~merkle.tablets.fits.loss_check`,
 since pyarrow would cut or round some without a word. Both are what
@@ -18,11 +21,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from merkle.errors import SchemaError
 from merkle.lazy import compute as pc
 from merkle.tablets.dicts import decoded_values
+from merkle.tablets.fitexact import misfit_rows, needs_exactness_check, row_text
 from merkle.tablets.fits import loss_check
 from merkle.tablets.schema import show_value, type_family
 
@@ -73,7 +78,8 @@ def fit_column(
         # No exact cast kernel (int64 -> decimal128(10, 2), ...), or struct members Arrow
         # cannot match (a NOT NULL member, as Spark's named_struct marks every member, that
         # the other side lacks): convert value by value, which names the member at fault.
-        return typed_array(name, column.to_pylist(), target, key_of, key_field=key_field)
+        values = _python_values(column, place)
+        return typed_array(name, values, target, key_of, key_field=key_field)
     try:
         _checked_cast(column, target)
         checked = True
@@ -81,26 +87,53 @@ def fit_column(
         checked = True  # no checked kernel: the round trip below is the check
     except pa.ArrowInvalid:
         checked = False  # refused below, by the round trip or else by Arrow's reason
-    if back.equals(column):
+    if back.equals(column) and not needs_exactness_check(source, target):
         if not checked:
             _refuse_unchecked(column, target, place)
         return candidate
-    before, after = column.to_pylist(), back.to_pylist()
-    lost = loss_check(target)
-    for position, (a, b) in enumerate(zip(before, after, strict=True)):
-        if a != b and not (a != a and b != b):  # NaN equals NaN here
-            reason = None if lost is None or a is None else lost(a)
-            if reason:  # a struct member the field lacks, say: as typed_array names it
-                raise place.misfit(a, position, reason)
-            raise SchemaError(
-                f"{place.what} {name!r} is {target}: the value {show_value(a)} of "
-                f"{place.record(position)} does not fit it exactly (it would become "
-                f"{show_value(candidate.slice(position, 1).to_pylist()[0])}): "
-                f"{place.way_out()}"
-            )
+    misfits = misfit_rows(column, candidate, back)
+    if misfits.any():
+        position = int(np.argmax(misfits))
+        value = row_text(column, position)
+        lost = loss_check(target)
+        reason = None if lost is None or value is None else lost(value)
+        if reason:  # a struct member the field lacks, say: as typed_array names it
+            raise place.misfit(value, position, reason)
+        raise SchemaError(
+            f"{place.what} {name!r} is {target}: the value {show_value(value)} of "
+            f"{place.record(position)} does not fit it exactly (it would become "
+            f"{show_value(row_text(candidate, position))}): {place.way_out()}"
+        )
     if not checked:
         _refuse_unchecked(column, target, place)
     return candidate
+
+
+def _python_values(column: pa.Array | pa.ChunkedArray, place: _Place) -> list[Any]:
+    """``column`` as Python values, for a check value by value; SchemaError naming the
+    first value Python has no form for (a timestamp beyond year 9999), found by halving
+    the rows rather than converting them one by one."""
+    unconvertible = (OverflowError, ValueError, pa.ArrowException)
+    try:
+        values: list[Any] = column.to_pylist()
+        return values
+    except unconvertible:
+        pass
+    low, high = 0, len(column)
+    while high - low > 1:
+        middle = (low + high) // 2
+        try:
+            column.slice(low, middle - low).to_pylist()
+        except unconvertible:
+            high = middle
+        else:
+            low = middle
+    raise SchemaError(
+        f"{place.what} {place.name!r} is {place.target}: the value "
+        f"{show_value(row_text(column, low))} of {place.record(low)} has no Python form "
+        "(years 1 to 9999 only), and no cast converts it to the field's type to check it "
+        f"exactly: {place.way_out()}"
+    )
 
 
 def _family_mismatch(source: pa.DataType, target: pa.DataType) -> bool:
@@ -215,7 +248,7 @@ def _refuse_unchecked(
         _checked_cast(column.slice(low, 1), target)
     except pa.ArrowInvalid as exc:
         reason = str(exc)
-    value = column.slice(low, 1).to_pylist()[0]
+    value = row_text(column, low)
     raise SchemaError(
         f"{place.what} {place.name!r} is {target}: the value {show_value(value)} of "
         f"{place.record(low)} does not fit it ({reason}): {place.way_out()}"
@@ -242,7 +275,7 @@ def _first_valid(column: pa.Array | pa.ChunkedArray) -> int | None:
 def _where(column: Any, position: int | None, place: _Place) -> str:
     if position is None:
         return ""
-    value = column.slice(position, 1).to_pylist()[0]
+    value = row_text(column, position)
     return f" (first: {show_value(value)}, {place.short(position)})"
 
 

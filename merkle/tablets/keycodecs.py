@@ -146,6 +146,16 @@ class IntCodec(_Fixed8Codec):
         words: _U64Array = numbers.view(np.uint64) ^ np.uint64(_SIGN_BIT)
         return words
 
+    def to_arrow(self, values: Sequence[Any]) -> pa.Array:
+        # Plain ints convert in one pyarrow call (an update gathers its keys so); any other
+        # value, or an int beyond 64 bits, goes one by one through normalize and its errors.
+        if all(type(value) is int for value in values):
+            try:
+                return pa.array(values, type=pa.int64())
+            except (OverflowError, pa.ArrowInvalid):
+                pass
+        return super().to_arrow(values)
+
     def _to_arrow(self, values: list[Any]) -> pa.Array:
         return pa.array(values, type=pa.int64())
 
@@ -226,11 +236,10 @@ class TimestampCodec(_Fixed8Codec):
             raise _KeyTypeError("expected a datetime")
         if value.tzinfo is None or value.utcoffset() is None:
             value = value.replace(tzinfo=_UTC)
-        micros = (value - _EPOCH) // _ONE_MICROSECOND
-        return _micros_to_datetime(micros, _KeyTypeError)
+        return _micros_to_datetime(_whole_micros(value), _KeyTypeError)
 
     def _to_bits(self, value: datetime.datetime) -> int:
-        return (value - _EPOCH) // _ONE_MICROSECOND + _SIGN_BIT
+        return _whole_micros(value) + _SIGN_BIT
 
     def _from_bits(self, bits: int) -> datetime.datetime:
         return _micros_to_datetime(bits - _SIGN_BIT, IntegrityError)
@@ -524,6 +533,21 @@ def _complement(array: pa.Array) -> pa.Array:
         count,
         [None, pa.py_buffer(offsets - offsets[0]), pa.py_buffer(~data.astype(np.uint8))],
     )
+
+
+def _whole_micros(value: datetime.datetime) -> int:
+    """The microseconds from the epoch of an aware datetime, or _KeyTypeError when it has a
+    fraction of one: a pandas ``Timestamp`` may hold nanoseconds, and cutting them would
+    make a key name another record (write 1001 ns over the record at 1000 ns, read it for
+    1001 ns), so such a key is refused, as an Arrow key column of them is."""
+    micros, rest = divmod(value - _EPOCH, _ONE_MICROSECOND)
+    if rest != datetime.timedelta(0):
+        raise _KeyTypeError(
+            f"the timestamp key codec stores whole microseconds, and this key has "
+            f"{getattr(rest, 'nanoseconds', rest)} ns more; round it to microseconds first "
+            "if that is what is meant (pandas: ts.floor('us') or ts.ceil('us'))"
+        )
+    return int(micros)
 
 
 def _micros_to_datetime(micros: int, error: type[Exception]) -> datetime.datetime:

@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from datetime import datetime
 from typing import Any
 
 from merkle.errors import UsageError
 from merkle.tablets.keys import key_codec
+
+#: The fractional seconds of an ISO-8601 time (after its seconds' two digits).
+_FRACTION = re.compile(r"\d\d[.,](\d+)")
 
 __all__ = ["key_from_text", "split_spec"]
 
@@ -83,6 +87,14 @@ def _from_text(text: str, spec: str, prefix: bool = False) -> Any:
         except ValueError:
             raise _BadKeyError("expected hexadecimal bytes such as 00ff or 0x00ff") from None
     if name == "timestamp":
+        fraction = _FRACTION.search(text)
+        if fraction is not None and fraction.group(1)[6:].strip("0"):
+            # fromisoformat drops digits past the microsecond without a word: a key
+            # that is not the one given
+            raise _BadKeyError(
+                f"{text.strip()!r} has digits past the microsecond: the timestamp key codec "
+                "stores whole microseconds; give at most six fractional digits"
+            )
         try:
             return datetime.fromisoformat(text.strip())
         except ValueError:

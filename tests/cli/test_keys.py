@@ -31,6 +31,7 @@ from merkle.tablets.keys import key_codec
         ("timestamp", "2026-01-31T12:00:00Z", datetime(2026, 1, 31, 12, tzinfo=UTC)),
         ("timestamp", "2026-01-31T13:00:00+01:00", datetime(2026, 1, 31, 12, tzinfo=UTC)),
         ("timestamp", "2026-01-31", datetime(2026, 1, 31, tzinfo=UTC)),  # naive is UTC
+        ("timestamp", "2026-01-31T00:00:00.0000010", datetime(2026, 1, 31, 0, 0, 0, 1, UTC)),
         ("reverse(int)", "3", 3),
         ("tuple(int,str)", '[2026, "eu"]', (2026, "eu")),
         ("tuple(int,str)", '["2026", "eu"]', (2026, "eu")),
@@ -58,6 +59,9 @@ def test_parse_key(spec: str, text: str, expected: Any) -> None:
         ("bytes", "0g", "hexadecimal"),
         ("bytes", "abc", "hexadecimal"),
         ("timestamp", "yesterday", "ISO-8601"),
+        # fromisoformat dropped the seventh digit: another key than the one given
+        ("timestamp", "2026-01-01T00:00:00.0000019", "past the microsecond"),
+        ("timestamp", "2026-01-01T00:00:00,0000019+00:00", "past the microsecond"),
         ("tuple(int,str)", "1", "JSON array of 2 items"),
         ("tuple(int,str)", "[1]", "expected 2 items"),
         ("tuple(int,str)", "[true, 1]", "is not a int component"),
