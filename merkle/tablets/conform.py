@@ -45,6 +45,8 @@ from merkle.tablets.fitcolumn import fit_column, typed_array
 from merkle.tablets.fits import kind_misfit, text_kind
 from merkle.tablets.freeform import in_micros, python_values
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
+from merkle.tablets.nestedvalues import prepared_values
+from merkle.tablets.nullness import check_inner_nulls, check_nullability
 from merkle.tablets.schema import (
     check_declared_type,
     check_nanoseconds,
@@ -122,31 +124,6 @@ def codec_for_types(types: Sequence[pa.DataType]) -> KeyCodec:
     if len(types) == 1:
         return infer_key_codec_arrow(types[0])
     return key_codec("tuple(" + ",".join(infer_key_codec_arrow(t).spec for t in types) + ")")
-
-
-def _check_nullability(
-    schema: pa.Schema, stored: Mapping[str, Any], key: KeyLayout, key_of: Callable[[int], Any]
-) -> None:
-    for field in schema:
-        if field.nullable or field.name in key.fields:
-            continue
-        column = stored.get(field.name)
-        if column is None:
-            raise SchemaError(
-                f"field {field.name!r} is not nullable, but the records "
-                f"(first key {show_value(key_of(0))}) do not hold it: give it a value, "
-                f"or make it nullable (alter_schema(table, nullable=[{field.name!r}]))"
-            )
-        if column.null_count:
-            position = _first_null(column)
-            raise SchemaError(
-                f"field {field.name!r} is not nullable, but the record with key "
-                f"{show_value(key_of(position))} has no value for it"
-            )
-
-
-def _first_null(column: Any) -> int:
-    return int(pc.index(pc.is_null(column), True).as_py())
 
 
 # -- writing ---------------------------------------------------------------------
@@ -275,11 +252,12 @@ def conform_arrow(
             array = fit_column(name, column, storage_type(target.type), key_of)
             if has_dictionary(target.type) and column.type != target.type:
                 check_fits(name, array, target.type)  # Arrow of the field's type fits already
+            check_inner_nulls(name, array, key_of)
         stored[name] = (stored_field(target), array)
     order = {name: i for i, name in enumerate(names)}
     full = _extend(schema, sorted(new_fields, key=lambda f: order[f.name]))
     if not partial:
-        _check_nullability(full, {n: a for n, (_, a) in stored.items()}, key, key_of)
+        check_nullability(full, {n: a for n, (_, a) in stored.items()}, key.fields, key_of)
     return Conformed(_segment(key, key_array, codec, stored), full, codec)
 
 
@@ -439,16 +417,19 @@ def conform_records(
         else:
             if name in nanos:
                 check_nanoseconds(name, values, storage_type(target.type), key_of)
-            misfit = kind_misfit(values, target.type)
+            kind = storage_type(target.type)
+            given = prepared_values(name, values, kind, key_of)  # numpy arrays, map entries
+            misfit = kind_misfit(given, target.type)
             if misfit is not None:
-                raise _kind_error(name, target.type, values[misfit], key_of(misfit))
-            array = typed_array(name, values, storage_type(target.type), key_of)
+                raise _kind_error(name, target.type, given[misfit], key_of(misfit))
+            array = typed_array(name, given, kind, key_of)
             if has_dictionary(target.type):
                 check_fits(name, array, target.type)
+            check_inner_nulls(name, array, key_of)
         stored[name] = (stored_field(target), array)
     full = _extend(schema, sorted(new_fields, key=lambda f: first_seen.get(f.name, -1)))
     if not partial:
-        _check_nullability(full, {n: a for n, (_, a) in stored.items()}, key, key_of)
+        check_nullability(full, {n: a for n, (_, a) in stored.items()}, key.fields, key_of)
     return Conformed(_segment(key, key_array, codec, stored), full, codec)
 
 

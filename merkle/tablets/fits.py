@@ -1,14 +1,18 @@
 """Whether a Python value fits an Arrow type exactly.
 
 pyarrow converts some Python values into a type with a loss and no word: a
-float into an integer type is truncated, a datetime into a date loses its
-time of day, a fraction of a second below a timestamp's, time's or
-duration's unit is cut, a float into float32 or float16 (or an int into
-float16) is rounded, and a bool into a float type becomes 1.0 or 0.0. A
+float (Python's or numpy's) into an integer type is truncated, as is any other
+object it takes through ``int()`` (a Fraction; a UUID becomes its number), a
+datetime into a date loses its time of day, a fraction of a second below a
+timestamp's, time's or duration's unit is cut, a float into float32 or
+float16 (or an int into float16) is rounded, and a bool into a float type
+becomes 1.0 or 0.0. A
 value that does not fit its field is a SchemaError (doc/api.md, "Schemas"),
 as the same value given as Arrow data already was (a cast that does not
 round-trip, or a bool column into a number field). Values are checked
-inside lists, structs and maps (keys and values) alike.
+inside lists, structs and maps (keys and values) alike; a map entry of None is
+refused too (pyarrow aborts the process on it). A numpy array given as a list
+is fitted as a whole before (:mod:`merkle.tablets.nestedvalues`).
 
 pyarrow also changes a value's kind without a word where text meets bytes: it
 decodes ``bytes`` (and ``bytearray``, ``memoryview``) written into a string
@@ -25,7 +29,9 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import numbers
 import struct
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -200,11 +206,13 @@ def _map_check(target: pa.MapType) -> Check:
     def check(value: Any) -> str | None:
         if isinstance(value, Mapping):
             entries: Any = value.items()
-        elif isinstance(value, list | tuple):
+        elif isinstance(value, list | tuple | np.ndarray):
             entries = value
         else:
             return None  # pyarrow refuses it
         for entry in entries:
+            if entry is None:  # pyarrow aborts the process on it, raising nothing
+                return "an entry is None, not a (key, value) pair"
             if isinstance(entry, tuple) and len(entry) == 2:
                 lost = entry_loss(*entry)
             elif isinstance(entry, dict):
@@ -241,10 +249,19 @@ def _items_check(inner: Check | None) -> Check | None:
 
 
 def _integer_loss(value: Any) -> str | None:
-    # pyarrow refuses a bool into an integer type, but takes numpy's bool (inside a
-    # list or struct: a top-level one is made a bool before) as 1 or 0.
-    if isinstance(value, float):
-        return None if value.is_integer() else "it is not a whole number"
+    """The loss of ``value`` stored in an integer type (None: it fits, or pyarrow refuses it).
+
+    pyarrow takes any object with ``__int__`` into an integer type and calls it: a
+    float (Python's or numpy's, of any width) or a Fraction is truncated, a numpy
+    complex loses its imaginary part, a UUID becomes its 128-bit number. Only a
+    whole number is taken; a bool is refused (pyarrow refuses Python's, but takes
+    numpy's as 1 or 0).
+    """
+    kind = type(value)
+    if kind is int or isinstance(value, np.integer):
+        return None  # pyarrow checks the range itself
+    if isinstance(value, float | np.floating):
+        return None if float(value).is_integer() else "it is not a whole number"
     if isinstance(value, decimal.Decimal):  # pyarrow truncates Decimal('2.5') to 2
         return (
             None
@@ -253,6 +270,14 @@ def _integer_loss(value: Any) -> str | None:
         )
     if isinstance(value, np.bool_):
         return _BOOL
+    if isinstance(value, numbers.Rational):  # a Fraction (int and bool are above)
+        return None if value.denominator == 1 else "it is not a whole number"
+    if isinstance(value, complex | np.complexfloating):
+        return "it is a complex number, not an integer"
+    if isinstance(value, uuid.UUID):
+        return "it is a UUID, not a number: give int(value) if its number is meant"
+    if hasattr(kind, "__int__") and not hasattr(kind, "__index__"):
+        return f"it is {kind.__name__}, not an integer, and would be converted by int()"
     return None
 
 
