@@ -5,18 +5,21 @@ into whole records to write (or keys to delete). The operation itself (not
 its result) is what the transaction records, so a commit that lost a race
 re-runs it on the new head (:mod:`merkle.db.ops`): an update changes the
 fields of the record as it is *then*, a conditional upsert tests its
-condition again, ``delete_where`` deletes what matches then.
+condition again, ``delete_where`` deletes what matches then. ``upsert`` is
+built in :mod:`merkle.db.upserts` (merged as Arrow) and exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from merkle.db.inputs import as_arrow, as_rows, is_arrow_like
+from merkle.db.upserts import MATCHED, NOT_MATCHED, upserted_records
+from merkle.db.upserts import merged_record as _merged
+from merkle.db.upserts import normal_key as _normal
 from merkle.errors import SchemaError, UsageError
 from merkle.lazy import compute as pc
 from merkle.tablets.conform import KeyLayout, conform_arrow, conform_records, stored_field
@@ -33,14 +36,6 @@ __all__ = [
     "updated_rows",
     "upserted_records",
 ]
-
-#: What ``upsert`` does with a record whose key exists: merge the given fields
-#: into it, replace it whole, or leave it.
-MATCHED = ("update", "replace", "skip")
-#: What ``upsert`` does with a record whose key does not exist.
-NOT_MATCHED = ("insert", "skip")
-
-Condition = Callable[[dict[str, Any], dict[str, Any]], Any]
 
 
 def update_patches(
@@ -102,6 +97,9 @@ def update_patches(
 #: Arrow types a change's values may be gathered into directly: Python values of these
 #: convert to Arrow as the record path converts them.
 _PLAIN = (pa.types.is_integer, pa.types.is_floating, pa.types.is_string, pa.types.is_boolean)
+#: The Python types pyarrow infers a column of exactly: after an int, it takes an object
+#: it does not know through int() (np.float16(2.5) becomes 2, a UUID its number).
+_INFERRED = (int, float, str, np.integer, np.float32, np.bool_, type(None))
 
 
 def _uniform_arrow(table: Table, changes: Mapping[Any, Mapping[str, Any]]) -> pa.Table | None:
@@ -120,9 +118,16 @@ def _uniform_arrow(table: Table, changes: Mapping[Any, Mapping[str, Any]]) -> pa
         field = schema.field(name)
         if is_free(field) or not any(test(field.type) for test in _PLAIN):
             return None
-    columns: dict[str, Any] = {key.fields[0]: list(changes)}
+    codec = table.codec
+    if codec is None:
+        return None
+    # The codec gathers the keys: pyarrow would cut a pandas Timestamp's nanoseconds.
+    columns: dict[str, Any] = {key.fields[0]: codec.to_arrow(list(changes))}
     for name in names:
-        columns[name] = [f[name] for f in changes.values()]
+        values = [f[name] for f in changes.values()]
+        if not all(issubclass(kind, _INFERRED) for kind in set(map(type, values))):
+            return None  # the record path checks what pyarrow would take through int()
+        columns[name] = values
     try:
         return pa.table(columns)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
@@ -230,45 +235,6 @@ def _check_changes(table: Table, changes: Any) -> None:
             )
 
 
-def upserted_records(
-    table: Table,
-    rows: Any,
-    matched: str,
-    not_matched: str,
-    condition: Condition | None,
-    name: str = "this table",
-) -> list[dict[str, Any]]:
-    """The records a conditional upsert writes (see ``Database.upsert``); ``name``
-    names the table in errors."""
-    if not isinstance(matched, str) or matched not in MATCHED:
-        raise UsageError(f"when_matched must be one of {MATCHED}, got {matched!r}")
-    if not isinstance(not_matched, str) or not_matched not in NOT_MATCHED:
-        raise UsageError(f"when_not_matched must be one of {NOT_MATCHED}, got {not_matched!r}")
-    if condition is not None and not callable(condition):
-        raise UsageError("condition must be a function (current record, new record) -> bool")
-    key = table.key
-    if is_arrow_like(rows):
-        incoming: list[dict[str, Any]] = as_arrow(rows).to_pylist()
-    else:
-        listed = as_rows(rows, key, name)
-        incoming = [dict(r) for r in listed] if isinstance(listed, list) else listed.to_pylist()
-    current = _current(table, [key.key_of(r) for r in incoming])
-    # Rows are applied in order: a later row of the same key sees (and its condition
-    # tests) the record as the earlier rows left it, and one record per key is written.
-    out: dict[Any, dict[str, Any]] = {}
-    for record in incoming:
-        normal = _normal(table, key.key_of(record))
-        old = current.get(normal)
-        if old is None:
-            if not_matched == "insert":
-                current[normal] = out[normal] = record
-            continue
-        if matched == "skip" or (condition is not None and not condition(dict(old), record)):
-            continue
-        current[normal] = out[normal] = record if matched == "replace" else _merged(old, record)
-    return list(out.values())
-
-
 def deleted_keys(table: Table, predicate: Any) -> list[Any]:
     """The keys of the records ``predicate`` holds for: a ``pyarrow.compute.Expression`` over
     the table's columns, or a function of one record."""
@@ -284,15 +250,17 @@ def deleted_keys(table: Table, predicate: Any) -> list[Any]:
     key_field = table.root.key_field
     for raw in table.scan():
         if isinstance(predicate, pc.Expression):
-            rows = table.present(raw).append_column(_ROW, pa.array(range(raw.num_rows), pa.int64()))
+            present = table.present(raw)
+            row = _row_column(present.column_names)
+            rows = present.append_column(row, pa.array(range(raw.num_rows), pa.int64()))
             try:
-                chosen = rows.filter(predicate).column(_ROW)
+                chosen = rows.filter(predicate).column(row)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
                 # Arrow lists the columns it had: not the row numbers added here.
-                why = "\n".join(line for line in str(exc).splitlines() if _ROW not in line)
+                why = "\n".join(line for line in str(exc).splitlines() if row not in line)
                 raise UsageError(
                     f"delete_where cannot evaluate {predicate} on the table's columns "
-                    f"{', '.join(n for n in rows.column_names if n != _ROW)}: {why}"
+                    f"{', '.join(present.column_names)}: {why}"
                 ) from None
             keys += codec.to_python(raw.column(key_field).take(chosen))
         else:
@@ -301,30 +269,11 @@ def deleted_keys(table: Table, predicate: Any) -> list[Any]:
     return keys
 
 
-_ROW = "\x00row"
-
-
-def _current(table: Table, keys: list[Any]) -> dict[Any, dict[str, Any]]:
-    """The current records of ``keys``, by normalised key."""
-    if table.codec is None or not keys:
-        return {}
-    key_of = table.key.key_of
-    return {_normal(table, key_of(r)): r for r in table.records(table.get(keys))}
-
-
-def _normal(table: Table, value: Any) -> Any:
-    codec = table.codec
-    if codec is None:
-        return value
-    normal = codec.normalize(value)
-    return tuple(normal) if isinstance(normal, list) else normal
-
-
-def _merged(record: Mapping[str, Any], fields: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(record)
-    for name, value in fields.items():
-        if value is None:
-            merged.pop(name, None)
-        else:
-            merged[name] = value
-    return merged
+def _row_column(names: list[str]) -> str:
+    """A name for the row numbers ``delete_where`` adds that no column of the table has
+    (a field may be named anything, "\\x00row" too): the filter must find one column."""
+    taken = set(names)
+    row = "\x00row"
+    while row in taken:
+        row += "\x00"
+    return row

@@ -32,6 +32,7 @@ from merkle.tablets.cbor import (
     show,
 )
 from merkle.tablets.keys import KeyCodec
+from merkle.tablets.micros import in_micros
 
 __all__ = [
     "arrow_to_records",
@@ -401,43 +402,6 @@ def _zoned_values(column: pa.ChunkedArray) -> list[Any]:
                 raise ValueError(f"{wall} has no offset {offset} in {kind.tz}")
             out.append(value)
     return out
-
-
-def in_micros(column: pa.ChunkedArray, name: str) -> pa.ChunkedArray:
-    """A nanosecond time column (timestamp, time64, duration) in microseconds, the
-    finest unit of Python's datetime, time and timedelta; any other column as it is.
-
-    Records must not depend on what else is installed nor round silently:
-    pyarrow gives pandas objects for nanoseconds when pandas is importable,
-    raises a ValueError when it is not, and cuts a time64 to whole
-    microseconds without a word. A value with nanoseconds is a UsageError
-    naming the field: such a column is read as Arrow.
-    """
-    kind = column.type
-    if not (
-        pa.types.is_timestamp(kind) or pa.types.is_time64(kind) or pa.types.is_duration(kind)
-    ) or (kind.unit != "ns"):
-        return column
-    micros = (
-        pa.timestamp("us", kind.tz)
-        if pa.types.is_timestamp(kind)
-        else pa.time64("us")
-        if pa.types.is_time64(kind)
-        else pa.duration("us")
-    )
-    try:
-        return column.cast(micros)
-    except pa.ArrowInvalid:
-        import numpy as np  # only to name a value in the error
-
-        ticks = pa.chunked_array([c.view(pa.int64()) for c in column.chunks], pa.int64())
-        values = ticks.fill_null(0).to_numpy()
-        first = int(values[np.flatnonzero(values % 1000)[0]])
-        raise UsageError(
-            f"field {name!r} ({kind}) holds times to the nanosecond (e.g. {first} ns), "
-            "which Python's datetime types cannot hold: read it as Arrow (to_arrow, "
-            "to_batches, get_arrow), where every nanosecond is kept"
-        ) from None
 
 
 # -- user-supplied Arrow ------------------------------------------------------
