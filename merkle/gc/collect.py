@@ -4,8 +4,10 @@
    damaged one (a gap, a marker above the head, entries mixed from copies)
    stops the collection before anything is deleted or trimmed. Plan
    retention from the audited entries: the versions each journal keeps (the
-   head always).
-2. Mark from those roots and from every live reader lease.
+   head always; ``keep_within`` counts back from now by the storage's
+   clock, see step 6).
+2. Mark from those roots and from every live reader lease (but one of a
+   version already trimmed and freed, see :mod:`merkle.gc.readers`).
 3. List the blocks.
 4. Take the GC lock (new writers now wait), and wait (up to ``writer_wait``)
    for the writer leases that started before it. If a live (renewed) one
@@ -23,15 +25,17 @@
    its lease and then checks that its version is still in the journal, so
    it is either seen, or finds its version trimmed and backs off.
 6. Candidates: listed, unmarked, and older than the cutoff (``now - grace``,
-   now by the storage's clock, which set the blocks' timestamps; and never
-   newer than the start of a writer lease still live).
+   now by the storage's clock, which set the blocks' timestamps, read once
+   before step 1; and never newer than the start of a writer lease still
+   live).
 7. Delete the candidates in batches; before each batch check that the lock
    is still ours and re-read each candidate's timestamp (one that is gone,
    or was refreshed by a writer reusing it, is spared). Where the store
    lists a page of objects per request (S3) and there are more candidates
    than pages, one listing taken now re-reads them all instead.
 8. Remove expired leases and crash leftovers (temporary files older than the
-   grace period and than :data:`TEMPORARY_MIN_AGE`, by the storage's clock);
+   grace period and than :data:`~merkle.gc.clock.TEMPORARY_MIN_AGE`, by the
+   storage's clock, :mod:`merkle.gc.clock`);
    save the report under ``gc/``.
 
 A dry run does steps 1-3 and 6 without the lock (counting live writer
@@ -53,10 +57,12 @@ from merkle.blocks.cid import CID
 from merkle.db.closed import closed_error
 from merkle.db.inputs import check_flag
 from merkle.errors import NotFoundError, StorageError, UsageError
+from merkle.gc.clock import remove_temporaries, storage_clock
 from merkle.gc.fanout import Fanout, Progress
 from merkle.gc.locking import take_gc_lock
 from merkle.gc.mark import Marker
 from merkle.gc.policy import Policy, Retention, load_policy, parse_duration
+from merkle.gc.readers import ReaderRoots
 from merkle.gc.report import DatabaseReport, GCReport
 from merkle.gc.tags import TagRoots
 from merkle.refs import (
@@ -69,7 +75,7 @@ from merkle.refs import (
     audit_journal,
 )
 from merkle.refs.timing import Timing
-from merkle.storage.base import ObjectInfo, ObjectStore
+from merkle.storage.base import ObjectInfo
 
 if TYPE_CHECKING:
     from merkle.db.connection import Connection
@@ -87,13 +93,6 @@ LOCK_TTL = 30.0
 #: How long a collection waits for live writer leases before it goes on
 #: without them (fencing them off); a killed writer's lease runs out sooner.
 WRITER_WAIT = 60.0
-#: A temporary file younger than this may be a write in flight (lease files are
-#: written without a lease), so GC never removes it, whatever the grace period:
-#: a grace of "0s" must not fail a concurrent writer's rename.
-TEMPORARY_MIN_AGE = 600.0
-#: Rewritten by each collection before it removes temporaries: its modification
-#: time is the storage's clock, against which their ages are measured.
-CLOCK_KEY = "gc/clock"
 
 
 def journal_names(conn: Connection) -> list[str]:
@@ -202,6 +201,7 @@ class _Run:
         dry_run: bool,
         progress: Progress | None,
         fanout: Fanout,
+        storage_clock: float,
     ) -> None:
         self.conn = conn
         self.policy = policy
@@ -213,10 +213,11 @@ class _Run:
         self.heads: dict[str, int] = {}
         self.trim_before: dict[str, int] = {}
         self.damaged: dict[str, JournalAudit] = {}
-        self.readers: set[str] = set()
+        self.readers = ReaderRoots(conn)
         self.tags = TagRoots(conn)
-        #: Now by the storage's clock, read before the lock (see :func:`_storage_clock`).
-        self.storage_clock = 0.0
+        #: Now by the storage's clock, read first (:func:`~merkle.gc.clock.storage_clock`): the one
+        #: now of this collection, for retention (``keep_within``) and the grace period.
+        self.storage_clock = storage_clock
         self._clock = time.perf_counter()
 
     def phase(self, name: str) -> None:
@@ -229,8 +230,11 @@ class _Run:
 
         Every journal is audited first; a damaged one is set aside in
         ``self.damaged`` (the caller stops before deleting anything).
+        ``keep_within`` counts back from the storage's clock, as the grace period
+        does: a collector whose own clock runs ahead must not trim versions
+        committed moments ago (nor one that runs behind keep older ones).
         """
-        now = datetime.now(UTC)
+        now = datetime.fromtimestamp(self.storage_clock, UTC)
         for i, name in enumerate(names):
             audit = audit_journal(self.conn.refs, name)
             for note in audit.notes:
@@ -268,15 +272,10 @@ class _Run:
             raise JournalDamagedError(list(self.damaged.values()))
 
     def mark_readers(self) -> None:
-        roots = []
-        for lease in self.conn.leases.live("reader"):
-            if lease.id in self.readers or lease.root is None:
-                continue
-            self.readers.add(lease.id)
-            where = f"reader lease {lease.id} on {lease.db!r} version {lease.version}"
-            roots.append((CID.parse(lease.root), where))
-        self.fanout.mark(self.marker, roots)
-        self.report.reader_leases = len(self.readers)
+        """Mark from the live reader leases not seen yet (see :mod:`merkle.gc.readers`)."""
+        self.readers.mark(self.marker, self.fanout)
+        self.report.reader_leases = self.readers.marked
+        self.report.reader_leases_stale = list(self.readers.stale)
 
     def mark_tags(self) -> None:
         """Tags: read them (again) and mark their roots; the report lists them."""
@@ -357,7 +356,10 @@ def gc(
         policy = Policy(policy.default, policy.databases, parse_duration(grace, "grace"))
     conn._writer.release_idle()  # this connection's own idle lease is not a running writer
     fanout = fanout or Fanout()
-    run = _Run(conn, policy, dry_run, progress, fanout)
+    # Read first, before the lock is taken: a storage that cannot take this write (a
+    # full disk) stops the collection before it holds writers up; and retention is
+    # judged by it as well as the grace period.
+    run = _Run(conn, policy, dry_run, progress, fanout, storage_clock(conn, dry_run))
     report = run.report
     if fanout.description:
         report.notes.append(fanout.description)
@@ -378,9 +380,6 @@ def gc(
     report.bytes_listed = sum(info.size for _, info in listed)
     run.phase("list")
 
-    # Read before the lock is taken: a storage that cannot take this write (a full
-    # disk) stops the collection before it holds writers up.
-    run.storage_clock = _storage_clock(run)
     if dry_run:
         _collect(run, listed, None, writer_wait, tell)
     else:
@@ -484,7 +483,9 @@ def _collect(
     run.phase("sweep")
     leases.reap_expired()
     lock.ensure_held()
-    _remove_temporaries(run)
+    report.temporaries_removed, report.temporary_bytes_removed = remove_temporaries(
+        conn.store, run.storage_clock, run.policy.grace.total_seconds()
+    )
     run.phase("cleanup")
 
 
@@ -504,47 +505,6 @@ def _still_old(
     """
     now = {cid.bytes: info.mtime for cid, info in run.fanout.list_blocks(run.conn)}
     return [(cid, size) for cid, size in candidates if now.get(cid.bytes, cutoff) < cutoff]
-
-
-def _storage_clock(run: _Run) -> float:
-    """Now by the storage's clock, against which the blocks' timestamps count their age.
-
-    A collector whose own clock runs ahead would otherwise take a block a
-    writer put minutes ago for one older than the grace period. Reading the
-    storage's clock means writing :data:`CLOCK_KEY`, which a dry run does
-    not do (it writes nothing but its report): its count uses this
-    machine's clock.
-    """
-    collector_now = run.conn.leases.timing.now()
-    if not run.dry_run:
-        return storage_now(run.conn.store, collector_now)
-    return collector_now
-
-
-def _remove_temporaries(run: _Run) -> None:
-    """Remove crash leftovers older than the grace period and :data:`TEMPORARY_MIN_AGE`.
-
-    Their ages are modification times, set by the storage's clock (the file
-    server's, S3's), so they are measured against that clock as read before
-    the lock was taken (``run.storage_clock``; an earlier now only makes them
-    look younger): a collector whose own clock runs ahead must not take a
-    write in flight for an old leftover.
-    """
-    store, report = run.conn.store, run.report
-    age = max(run.policy.grace.total_seconds(), TEMPORARY_MIN_AGE)
-    temporaries, temporary_bytes = store.remove_stale_temporaries(run.storage_clock - age)
-    report.temporaries_removed = temporaries
-    report.temporary_bytes_removed = temporary_bytes
-
-
-def storage_now(store: ObjectStore, collector_now: float) -> float:
-    """The storage's own idea of now: the modification time of :data:`CLOCK_KEY`, written now.
-
-    The object holds ``collector_now`` (for whoever compares the two clocks);
-    it is a hint write (no flush): only its timestamp matters.
-    """
-    store.put_hint(CLOCK_KEY, repr(float(collector_now)).encode("ascii"))
-    return store.stat(CLOCK_KEY).mtime
 
 
 def _pass_writers(run: _Run, lock: GCLock, writer_wait: float, tell: Notify) -> None:

@@ -69,7 +69,9 @@ class GCReport:
     blocks_spared_recent: int = 0  # unreachable, but too new to delete
     bytes_spared_recent: int = 0
     nodes_read: int = 0
-    reader_leases: int = 0
+    reader_leases: int = 0  # live reader leases marked
+    #: Live reader leases of versions already trimmed and freed (skipped, not damage).
+    reader_leases_stale: list[str] = field(default_factory=list)
     writer_leases_waited: int = 0
     writer_leases_passed: list[str] = field(default_factory=list)  # gone on without them
     fences: int = 0  # fence entries appended so passed writers cannot commit on old views
@@ -105,6 +107,14 @@ class GCReport:
         if self.tags:
             kept = ", ".join(f"{t['db']} v{t['version']} ({t['tag']})" for t in self.tags)
             lines.append(f"  kept by tags: {kept}")
+        if self.reader_leases_stale:
+            stale = self.reader_leases_stale
+            lines.append(
+                f"skipped {len(stale)} stale reader lease(s) of versions already trimmed and "
+                "freed by an earlier collection (their readers back off; not damage): "
+                + ", ".join(stale[:5])
+                + (" ..." if len(stale) > 5 else "")
+            )
         if self.writer_leases_passed:
             lines.append(
                 f"went on without {len(self.writer_leases_passed)} writer lease(s) that did "

@@ -66,5 +66,8 @@ def test_a_block_refreshed_after_the_listing_is_spared_and_the_rest_freed(
         assert reachable(conn.store, [head]) <= stored
         assert report.blocks_freed == len(garbage) - 1
         assert report.blocks_rechecked_spared == 1
-        assert len(blocks_statted) == (len(garbage) if page == 1 else 0)
+        # A file store reads each timestamp inside its conditional delete (no stat); the
+        # others stat each candidate before its batch, unless they listed again.
+        each = page == 1 and lake.kind != "file"
+        assert len(blocks_statted) == (len(garbage) if each else 0)
         assert merkle.verify(conn).ok
