@@ -23,12 +23,14 @@ from merkle.db.ancestry import kept_entry, still_kept, tagged_entry
 from merkle.db.closed import closed_error
 from merkle.db.database import Database
 from merkle.db.dbroot import DbRoot
+from merkle.db.forked import unusable
 from merkle.db.inputs import check_count, check_flag, check_metadata
 from merkle.db.lakeconfig import lake_config, lake_sizes
 from merkle.db.unleased import unleased_staging
 from merkle.errors import ConflictError, NotFoundError, UsageError
 from merkle.lazy import OnFirstUse
 from merkle.refs import JournalConflictError, JournalEntry, RefManager
+from merkle.storage import owner
 from merkle.storage.base import ObjectStore, open_store
 from merkle.tablets.store import DEFAULT_WORKERS, TableStore
 
@@ -63,13 +65,14 @@ class Connection:
         self.tables = TableStore(self.blocks, cache_bytes=cache_bytes, workers=workers)
         self._refs = RefManager(store)
         self._closed = False
+        self._pid = owner.pid  # a forked child may not use it (merkle.db.forked)
 
     @property
     def refs(self) -> RefManager:
         """The journals (``merkle.refs``): every use of the lake's history goes through
         here, so a closed connection refuses them all (see :meth:`close`)."""
-        if self._closed:
-            raise closed_error(self.uri)
+        if self._closed or self._pid != owner.pid:
+            raise unusable(self)
         return self._refs
 
     @refs.setter
@@ -137,6 +140,8 @@ class Connection:
         lake through this connection raises UsageError (:mod:`merkle.db.closed`)."""
         if not self._closed:
             self._closed = True
+            if self._pid != owner.pid:
+                return  # a fork's copy: the leases, threads and store are the parent's
             if Connection._writer.made(self):
                 self._writer.close()
             if Connection._readers.made(self):
@@ -166,8 +171,8 @@ class Connection:
         self, db: str | None = None
     ) -> contextlib.AbstractContextManager[WriterTicket]:
         """Hold the connection's writer lease (shared, renewed, GC-aware) for one commit."""
-        if self._closed:  # every commit comes here: refused before any block is written
-            raise closed_error(self.uri)
+        if self._closed or self._pid != owner.pid:  # every commit comes here: refused
+            raise unusable(self)  # before any block is written
         return self._writer.hold(db)
 
     def _settle(self, ticket: WriterTicket, entry: JournalEntry) -> bool:

@@ -3,7 +3,7 @@
 Garbage collection and ``verify`` must not trust a hint, a marker or the
 first gap they meet: a journal copied while a writer ran, or damaged from
 outside, would otherwise make GC treat live versions as garbage. The audit
-lists the journal once and reads every entry from the retention floor to the
+lists the journal and reads every entry from the retention floor to the
 newest slot, and reports what does not fit:
 
 * **problems** (damage; GC deletes nothing while any journal has one): an
@@ -14,6 +14,15 @@ newest slot, and reports what does not fit:
 * **notes** (harmless, reported by ``verify``): a ``HEAD`` hint naming a
   version the journal does not hold, journal objects below the floor that
   the next trim removes.
+
+A collection may trim the journal while it is audited (``verify`` runs beside
+``merkle gc``; a second collector audits before it takes the GC lock): slots
+listed a moment ago are gone, and the marker may name a version above the
+newest one listed. So damage counts only when a pass saw the journal hold
+still: the retention floor read before its listing is the floor read after
+its entries (a trim raises the floor before it deletes anything, and the
+floor never goes down). A pass that saw damage while the floor moved is
+done again from a fresh listing, at most :data:`AUDIT_PASSES` times.
 """
 
 from __future__ import annotations
@@ -82,8 +91,44 @@ def _ranges(versions: list[int]) -> str:
     return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
+#: Passes an audit makes at most while collections keep trimming the journal under it.
+AUDIT_PASSES = 8
+
+#: What :func:`_floor_or_damaged` gives for an unreadable marker: the same on every read,
+#: so a pass that met one counts as having seen the journal hold still.
+_DAMAGED_MARKER = -1
+
+
 def audit_journal(refs: JournalReader, db: str) -> JournalAudit:
-    """Audit ``db``'s journal (see the module doc); never raises for damage it can name."""
+    """Audit ``db``'s journal (see the module doc); never raises for damage it can name.
+
+    A healthy journal costs one pass. Damage is reported only as a pass saw
+    it during which the retention floor held still (read before its listing
+    and again after its reads): damage seen while a trim raised the floor
+    may be the trim's doing, so the journal is listed and read again.
+    """
+    # The floor before the first listing is not read: only a damaged-looking journal
+    # needs it, and the pass after one starts from the floor read at its end.
+    before: int | None = None
+    for _ in range(AUDIT_PASSES):
+        audit = _audit_once(refs, db)
+        if not audit.damaged:
+            return audit
+        after = _floor_or_damaged(refs, db)
+        if before == after:
+            return audit  # the journal held still: the damage is real
+        before = after
+    audit.problems.insert(
+        0,
+        f"the retention floor moved during each of {AUDIT_PASSES} audits in a row "
+        "(collections trimming the journal meanwhile?), so the problems below may be no "
+        "damage: run the audit again once the collections are done",
+    )
+    return audit
+
+
+def _audit_once(refs: JournalReader, db: str) -> JournalAudit:
+    """One pass: list the journal, read its floor and its entries from the floor up."""
     audit = JournalAudit(db)
     store = refs.store
     present: list[int] = []
@@ -180,6 +225,10 @@ def _read(
         return None
     except IntegrityError as exc:
         return exc
+
+
+def _floor_or_damaged(refs: JournalReader, db: str) -> int:
+    return _floor_now(refs, db, _DAMAGED_MARKER)
 
 
 def _floor_now(refs: JournalReader, db: str, fallback: int) -> int:

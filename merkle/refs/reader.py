@@ -40,6 +40,8 @@ Slot = JournalEntry | TrimmedEntry | None
 
 #: Entries read per round of concurrent requests.
 _CHUNK = 64
+#: Heads :meth:`JournalReader.history` starts from at most while collections trim them.
+_HISTORY_ATTEMPTS = 8
 
 
 def check_version(value: object, what: str) -> int:
@@ -410,13 +412,29 @@ class JournalReader:
 
         A slot missing between the retention floor and the head is outside
         damage, never a reason to stop early: it is an :class:`IntegrityError`.
+        A collection may trim the head found before its slot is read (others
+        committed meanwhile, ``keep_versions=1``): the history is then read
+        again from a fresh head, at most :data:`_HISTORY_ATTEMPTS` times.
         """
         db = check_db_name(db)
         if limit is not None:
             check_version(limit, "limit")
-        head = self.head(db)
-        if head is None:
-            raise NotFoundError(f"database {db!r} does not exist")
+        for _ in range(_HISTORY_ATTEMPTS):
+            found = self.head(db)
+            if found is None:
+                raise NotFoundError(f"database {db!r} does not exist")
+            head = found
+            entries = self._history_below(db, head, limit)
+            if entries is not None:
+                return entries
+        # Trimmed under every attempt: the last head found was the head when it was read,
+        # an answer as true as any (a newer head may come while this one is returned).
+        return [head][:limit]
+
+    def _history_below(
+        self, db: str, head: JournalEntry, limit: int | None
+    ) -> list[JournalEntry] | None:
+        """:meth:`history` read down from ``head``; None if ``head``'s slot was trimmed."""
         low = min(self._floor_hint(db), head.version)
         if limit is not None:
             low = max(low, head.version - limit + 1)
@@ -428,7 +446,9 @@ class JournalReader:
                 if isinstance(slot, JournalEntry):
                     entries.append(slot)
                 elif isinstance(slot, TrimmedEntry) or version < self._floor_hint(db):
-                    return entries  # trimmed from here down (by an old trim, or just now)
+                    # Trimmed from here down (by an old trim, or just now); the head is
+                    # never trimmed while it is the head: trimmed, it was not any more.
+                    return entries if entries else None
                 else:
                     raise self._altered(
                         entry_key(db, head.version),

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Self
 from urllib.parse import SplitResult, urlsplit
 
 from merkle.errors import NotFoundError, UsageError
+from merkle.storage import owner
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -300,6 +301,8 @@ class ObjectStore(ABC):
     #: store), so that a few of them run inline rather than on the I/O pool.
     local: ClassVar[bool] = False
     _pool: ThreadPoolExecutor | None = None
+    #: The process that made ``_pool`` (see :mod:`merkle.storage.owner`).
+    _pool_pid: int = 0
     _pool_lock: ClassVar[threading.Lock] = threading.Lock()
 
     def map_bulk(self, fn: Callable[[Any], Any], items: Sequence[Any]) -> builtins.list[Any]:
@@ -319,22 +322,38 @@ class ObjectStore(ABC):
         workers = self.bulk_workers
         if workers <= 1 or len(items) <= 1:
             return [fn(item) for item in items]
+        pool = self._pool
+        if pool is None or self._pool_pid != owner.pid:
+            pool = self._own_pool(workers)
+        if not self.local or len(items) <= workers:
+            return list(pool.map(fn, items))
+        return map_in_runs(pool.map, fn, items, workers)
+
+    def _own_pool(self, workers: int) -> ThreadPoolExecutor:
+        """The I/O pool, made on first use; UsageError in a fork of the process that made
+        it, whose worker threads are not in this one (see :mod:`merkle.storage.owner`)."""
+        if self._pool is not None and self._pool_pid != owner.pid:
+            raise owner.foreign_error(
+                f"the object store {self.uri}",
+                self._pool_pid,
+                f"open it again in this process: open_store({self.uri!r}) (or "
+                f"merkle.connect({self.uri!r}) for a connection)",
+            )
         with ObjectStore._pool_lock:
             if self._pool is None:
                 from concurrent.futures import ThreadPoolExecutor  # (with logging: 3 ms)
 
+                self._pool_pid = owner.pid  # before the pool: a pool never has a stale owner
                 self._pool = ThreadPoolExecutor(
                     workers, thread_name_prefix=f"{type(self).__name__}-io"
                 )
-        if not self.local or len(items) <= workers:
-            return list(self._pool.map(fn, items))
-        return map_in_runs(self._pool.map, fn, items, workers)
+            return self._pool
 
     def close(self) -> None:
         """Release clients and threads; the store may not be used afterwards."""
         pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.shutdown(wait=True)
+        if pool is not None and self._pool_pid == owner.pid:
+            pool.shutdown(wait=True)  # (a parent's pool, in a fork: its threads are not here)
 
     def __enter__(self) -> Self:
         return self
@@ -357,6 +376,14 @@ class ObjectStore(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
+
+
+def _new_pool_lock() -> None:
+    # A forked child must not inherit the lock taken by another thread of its parent.
+    ObjectStore._pool_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_pool_lock)
 
 
 # -- the URI registry ------------------------------------------------------------

@@ -23,6 +23,7 @@ from merkle.blocks.cid import CID, RAW
 from merkle.blocks.codec import decode_node_deferred, resolve_links
 from merkle.blocks.store import BlockStore
 from merkle.errors import IntegrityError, NotFoundError
+from merkle.storage import owner
 from merkle.storage.base import map_in_runs
 from merkle.tablets.keyindex import KeyIndex
 from merkle.tablets.nodes import INDEX, TABLET, BatchNode, IndexNode, TableRoot, TabletNode
@@ -60,11 +61,22 @@ class _Shared:
         self.workers = workers
         self.pool: ThreadPoolExecutor | None = None
         self.lock = threading.Lock()
+        #: The process these belong to: a fork's child has neither the workers nor
+        #: perhaps the lock (see :mod:`merkle.storage.owner`).
+        self.pid = owner.pid
         #: Decoded blocks a read holds at hand (see ``TableStore.holding``), with how
         #: many reads hold each.
         self.held: dict[tuple[bytes, Columns], tuple[pa.Table, int]] = {}
 
-    def executor(self) -> ThreadPoolExecutor:
+    def executor(self, uri: str) -> ThreadPoolExecutor:
+        """The worker pool (made on first use); UsageError in a fork of the process that
+        made these caches (the lake at ``uri``), where it would wait forever."""
+        if self.pid != owner.pid:
+            raise owner.foreign_error(
+                f"the table workers of the connection to {uri}",
+                self.pid,
+                f"a forked process must open its own connection: merkle.connect({uri!r})",
+            )
         with self.lock:
             if self.pool is None:
                 # Imported with the first pool (it imports logging): a process that never
@@ -75,6 +87,9 @@ class _Shared:
             return self.pool
 
     def close(self) -> None:
+        if self.pid != owner.pid:  # a fork: the parent's workers are not here to stop
+            self.pool = None
+            return
         with self.lock:
             pool, self.pool = self.pool, None
         if pool is not None:
@@ -125,7 +140,7 @@ class TableStore:
         """
         if len(items) <= 1 or self._shared.workers <= 1 or _on_pool_thread():
             return [fn(item) for item in items]
-        return list(self._shared.executor().map(fn, items))
+        return list(self._shared.executor(self.blocks.store.uri).map(fn, items))
 
     def map_local(self, fn: Callable[[Any], N], items: Sequence[Any]) -> list[N]:
         """:meth:`map` for work on blocks: on a local store, in one task per worker.
