@@ -218,12 +218,14 @@ class BlockStore:
         checked where no writer can refresh it any more; the ones removed. None when
         the store cannot (S3, memory): the caller re-reads the timestamps and deletes.
         """
-        conditional = getattr(self.store, "delete_if_older", None)
-        if conditional is None:
+        store = self.store
+        if not store.conditional_delete:
             return None
         for cid, _ in items:
             self.node_cache.discard(cid.bytes)
-        gone = self.store.map_bulk(lambda item: conditional(self.key(item[0]), cutoff), list(items))
+        gone = store.map_bulk(
+            lambda item: store.delete_if_older(self.key(item[0]), cutoff), list(items)
+        )
         return [item for item, removed in zip(items, gone, strict=True) if removed]
 
     # -- reads ---------------------------------------------------------------

@@ -270,6 +270,16 @@ class ObjectStore(ABC):
         """Remove several keys (missing ones are skipped)."""
         self.map_bulk(self.delete, list(keys))
 
+    #: Whether :meth:`delete_if_older` checks the timestamp as part of the delete.
+    conditional_delete: bool = False
+
+    def delete_if_older(self, key: str, cutoff: float) -> bool:
+        """Remove ``key`` only if its timestamp is still older than ``cutoff``, checked
+        where no writer can refresh it any more; whether it was removed. Only stores
+        with :attr:`conditional_delete` can (a collection re-reads timestamps itself
+        on the others)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot delete conditionally")
+
     # -- durability and leftovers ------------------------------------------------
 
     def make_durable(self, keys: Iterable[str]) -> None:

@@ -582,6 +582,8 @@ class FileStore(ObjectStore):
         """
         return remove_stale_temporaries(self.root, older_than, self.uri)
 
+    conditional_delete = True
+
     def delete_if_older(self, key: str, cutoff: float) -> bool:
         """Remove ``key`` only if its timestamp is still older than ``cutoff`` (checked
         where no writer can refresh it any more); whether it was removed."""

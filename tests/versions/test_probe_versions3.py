@@ -29,6 +29,7 @@ from click.testing import CliRunner
 
 import merkle
 from merkle.blocks.cid import CID
+from merkle.blocks.codec import iter_links
 from merkle.errors import NotFoundError, UsageError
 
 
@@ -36,17 +37,6 @@ from merkle.errors import NotFoundError, UsageError
 def conn() -> Iterator[merkle.Connection]:
     with merkle.connect(f"memory://probe3-{uuid.uuid4().hex}") as c:
         yield c
-
-
-def _links(node: Any) -> Iterator[CID]:
-    if isinstance(node, CID):
-        yield node
-    elif isinstance(node, dict):
-        for value in node.values():
-            yield from _links(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _links(value)
 
 
 # -- diff of a database created again after a drop ---------------------------------------
@@ -107,7 +97,7 @@ def _raw_block(conn: merkle.Connection) -> str:
     db = conn.create_db("s").create_table("t", key="k")
     db = db.write("t", [{"k": i, "v": i} for i in range(10)]).commit().compact().commit()
     tablet = CID.parse(db.list_tablets("t")[0]["id"])
-    return str(next(c for c in _links(conn.blocks.get_node(tablet)) if c.codec == 0x55))
+    return str(next(c for c in iter_links(conn.blocks.get_node(tablet)) if c.codec == 0x55))
 
 
 def _plain_node(conn: merkle.Connection) -> str:
