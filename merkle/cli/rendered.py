@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 
 from merkle.errors import UsageError
+from merkle.tablets.schema import is_list_type
 
 __all__ = [
     "BadValueError",
@@ -63,11 +64,6 @@ class BadValueError(UsageError):
 def is_binary(kind: pa.DataType) -> bool:
     """Whether ``kind`` holds bytes: binary, large_binary or fixed_size_binary."""
     checks = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_fixed_size_binary)
-    return any(check(kind) for check in checks)
-
-
-def _is_list(kind: pa.DataType) -> bool:
-    checks = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
     return any(check(kind) for check in checks)
 
 
@@ -205,7 +201,7 @@ def from_rendered(value: Any, kind: pa.DataType) -> Any:
         return None
     if pa.types.is_dictionary(kind):
         return from_rendered(value, kind.value_type)
-    if _is_list(kind):
+    if is_list_type(kind):
         if not isinstance(value, list):
             raise _fail(kind, value)
         return [from_rendered(item, kind.value_type) for item in value]

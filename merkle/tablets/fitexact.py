@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from merkle.lazy import compute as pc
 from merkle.tablets.dicts import decoded_values
+from merkle.tablets.schema import is_list_type
 
 __all__ = ["misfit_rows", "needs_exactness_check", "row_text"]
 
@@ -56,7 +57,7 @@ def needs_exactness_check(source: pa.DataType, target: pa.DataType) -> bool:
             for field in source
             if target.get_field_index(field.name) >= 0
         )
-    if _is_listlike(source) and _is_listlike(target):
+    if is_list_type(source) and is_list_type(target):
         return needs_exactness_check(source.value_type, target.value_type)
     return False
 
@@ -92,7 +93,7 @@ def row_text(column: Column, position: int) -> Any:
         return [tuple(entry.values()) for entry in row_text(_entries(row), 0)]
     if pa.types.is_struct(kind):
         return {f.name: row_text(pc.struct_field(row, [i]), 0) for i, f in enumerate(kind)}
-    if _is_listlike(kind):
+    if is_list_type(kind):
         items = pc.list_flatten(row)
         shown = [row_text(items, i) for i in range(min(len(items), _SHOWN_ITEMS))]
         return [*shown, _Text("...")] if len(items) > _SHOWN_ITEMS else shown
@@ -133,7 +134,7 @@ def _differs(column: pa.Array, back: pa.Array, candidate: pa.Array | None) -> _M
         column, back = _entries(column), _entries(back)
         candidate = None if candidate is None else _entries(candidate)
         kind = column.type
-    if pa.types.is_struct(kind) or _is_listlike(kind):
+    if pa.types.is_struct(kind) or is_list_type(kind):
         if back.type != kind or len(back) != len(column):
             return _slice_differs(column, back)
         rows = _null_differs(column, back)
@@ -151,7 +152,7 @@ def _differs(column: pa.Array, back: pa.Array, candidate: pa.Array | None) -> _M
         if len(values) != len(returned):
             return _slice_differs(column, back)
         inner = None
-        if candidate is not None and _is_listlike(candidate.type):
+        if candidate is not None and is_list_type(candidate.type):
             inner = pc.list_flatten(candidate)
             inner = inner if len(inner) == len(values) else None
         parents = pc.list_parent_indices(column).to_numpy(zero_copy_only=False)
@@ -220,12 +221,6 @@ def _slice_differs(column: pa.Array, back: pa.Array) -> _Mask:
         (not column.slice(i, 1).equals(back.slice(i, 1)) for i in range(len(column))),
         dtype=bool,
         count=len(column),
-    )
-
-
-def _is_listlike(kind: pa.DataType) -> bool:
-    return bool(
-        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
     )
 
 

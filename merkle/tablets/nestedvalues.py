@@ -37,7 +37,7 @@ import pyarrow as pa
 
 from merkle.errors import SchemaError
 from merkle.tablets.fitcolumn import fit_column
-from merkle.tablets.schema import show_value
+from merkle.tablets.schema import is_list_type, show_value
 
 __all__ = ["prepared_values"]
 
@@ -76,15 +76,10 @@ def prepared_values(
     return values if out is None else out
 
 
-def _is_listlike(kind: pa.DataType) -> bool:
-    types = pa.types
-    return bool(types.is_list(kind) or types.is_large_list(kind) or types.is_fixed_size_list(kind))
-
-
 @functools.lru_cache(maxsize=256)
 def _preparer(kind: pa.DataType) -> Prepare | None:
     """The preparation of one value of ``kind``; None when it has no list or map inside."""
-    if _is_listlike(kind):
+    if is_list_type(kind):
         return _list_preparer(kind.value_type)
     if pa.types.is_map(kind):
         return _map_preparer(kind)

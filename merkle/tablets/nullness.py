@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from merkle.errors import SchemaError
 from merkle.lazy import compute as pc
-from merkle.tablets.schema import show_value
+from merkle.tablets.schema import is_list_type, show_value
 
 __all__ = ["check_inner_nulls", "check_nullability", "first_null"]
 
@@ -83,7 +83,7 @@ def check_inner_nulls(name: str, column: Any, key_of: Callable[[int], Any]) -> N
 @functools.lru_cache(maxsize=256)
 def _marks_inside(kind: pa.DataType) -> bool:
     """Whether ``kind`` marks a list item, map value or struct member NOT NULL anywhere."""
-    if _is_listlike(kind):
+    if is_list_type(kind):
         return not kind.value_field.nullable or _marks_inside(kind.value_type)
     if pa.types.is_map(kind):
         return (
@@ -99,15 +99,10 @@ def _marks_inside(kind: pa.DataType) -> bool:
     return False
 
 
-def _is_listlike(kind: pa.DataType) -> bool:
-    types = pa.types
-    return bool(types.is_list(kind) or types.is_large_list(kind) or types.is_fixed_size_list(kind))
-
-
 def _first_inner_null(array: pa.Array) -> tuple[int, str] | None:
     """The first row of ``array`` holding a null its type forbids inside, and where."""
     kind = array.type
-    if _is_listlike(kind) or pa.types.is_map(kind):
+    if is_list_type(kind) or pa.types.is_map(kind):
         return _in_lists(array)
     if pa.types.is_struct(kind):
         return _in_struct(array)

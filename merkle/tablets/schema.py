@@ -42,6 +42,7 @@ __all__ = [
     "free_field",
     "infer_type",
     "is_free",
+    "is_list_type",
     "key_schema_fields",
     "show_value",
     "storage_type",
@@ -52,6 +53,12 @@ __all__ = [
 def free_field(name: str) -> pa.Field:
     """A schema-free field: any record value, stored as CBOR, read back exactly as written."""
     return cbor_field(name)
+
+
+def is_list_type(kind: pa.DataType) -> bool:
+    """Whether ``kind`` is a list of any width (list, large list, fixed-size list)."""
+    types = pa.types
+    return bool(types.is_list(kind) or types.is_large_list(kind) or types.is_fixed_size_list(kind))
 
 
 def is_free(field: pa.Field) -> bool:
