@@ -14,14 +14,13 @@ check compares the pid recorded at ``connect`` with :data:`merkle.storage.owner.
 The parent's leases are not the child's either: a child that released them
 (its ``atexit`` hooks and lease finalizers, run at its exit or when it drops
 a value) would let a collection delete blocks its parent still reads or
-writes. So at the fork, the child forgets them (:func:`_disown_parents_leases`),
-and ``Connection.close()`` in a child only marks the copy closed.
+writes. So at the fork, the child forgets them (at-fork hooks of
+:mod:`merkle.refs.writer` and :mod:`merkle.db.readers`, beside the exit hooks
+they undo), and ``Connection.close()`` in a child only marks the copy closed.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import TYPE_CHECKING
 
 from merkle.db.closed import closed_error
@@ -45,27 +44,3 @@ def unusable(conn: Connection) -> UsageError:
         "(or start the child with multiprocessing's 'spawn' or 'forkserver' method and "
         "connect there)",
     )
-
-
-def _disown_parents_leases() -> None:
-    """In a forked child: forget the leases of the parent's connections.
-
-    The child's exit (``atexit``: ``merkle.refs.writer`` and
-    ``merkle.db.readers`` release every lease of the process) and the
-    finalizers of the reader leases it inherited would otherwise release
-    leases the parent still holds, and take locks a parent's thread may have
-    held at the fork. Leases the child takes later, on its own connections,
-    are registered after this and released as usual.
-    """
-    writer = sys.modules.get("merkle.refs.writer")
-    if writer is not None:
-        writer._SESSIONS.clear()
-    readers = sys.modules.get("merkle.db.readers")
-    if readers is not None:
-        for keeper in list(readers._KEEPERS):
-            for handle in list(keeper._held):
-                handle._finalizer.detach()
-        readers._KEEPERS.clear()
-
-
-os.register_at_fork(after_in_child=_disown_parents_leases)

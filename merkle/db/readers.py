@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -244,3 +245,16 @@ def _release_all() -> None:
 
 
 atexit.register(_release_all)
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's reader leases are the parent's; neither the
+    child's exit nor the finalizers of the handles it inherited may release them
+    (merkle.db.forked)."""
+    for keeper in list(_KEEPERS):
+        for handle in list(keeper._held):
+            handle._finalizer.detach()
+    _KEEPERS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import os
 import threading
 import time
 import weakref
@@ -274,6 +275,15 @@ def _release_all() -> None:
 
 
 atexit.register(_release_all)
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's sessions are the parent's (its exit must not
+    release their leases, which the parent still holds; merkle.db.forked)."""
+    _SESSIONS.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def settle_passed_commit(
