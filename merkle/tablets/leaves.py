@@ -29,10 +29,12 @@ from merkle.tablets.keyindex import KeyIndex, combine
 from merkle.tablets.nodes import BASE, ChildRef, PageRef, TabletNode
 from merkle.tablets.pages import (
     KEYS,
+    check_counts,
     concat_pages,
     cut_pages,
     encode_page,
     join_page,
+    join_pages,
     join_picked,
     pick_page,
 )
@@ -171,10 +173,32 @@ class Leaves:
         return table
 
     def pages_table(self, pages: Sequence[PageRef], fields: Sequence[str] | None) -> pa.Table:
-        """The rows of consecutive pages, their blocks fetched concurrently."""
-        with self.ts.holding([block for page in pages for block in self.page_blocks(page, fields)]):
-            tables = [self.page_table(page, fields) for page in pages]
-        return concat_pages(tables, self.spec.key_field)
+        """The rows of consecutive pages, their blocks fetched concurrently.
+
+        Pages whose blocks agree (the same families, each with one schema) are
+        joined once, family by family, instead of page by page: a scan of 10M
+        rows joins ~100 tablets rather than ~600 pages, and that joining ran on
+        the calling thread while the workers waited.
+        """
+        if len(pages) == 1:
+            return self.page_table(pages[0], fields)
+        blocks = [self.page_blocks(page, fields) for page in pages]
+        tables = self.ts.segment_columns([block for page_blocks in blocks for block in page_blocks])
+        split: list[tuple[pa.Table, dict[str, pa.Table]]] = []
+        at = 0
+        for page, page_blocks in zip(pages, blocks, strict=True):
+            names = [name for name, _ in self._page_families(page, fields)]
+            here = tables[at : at + len(page_blocks)]
+            at += len(page_blocks)
+            parts = dict(zip(names, here[1:], strict=True))
+            check_counts(here[0], parts, page.count)
+            split.append((here[0], parts))
+        joined = join_pages(split)
+        if joined is None:  # the pages differ in families or schemas: page by page
+            return concat_pages(
+                [join_page(keys, parts, len(keys)) for keys, parts in split], self.spec.key_field
+            )
+        return joined if fields is None else project(joined, fields, key_field=self.spec.key_field)
 
     def table(self, cid: CID, fields: Sequence[str] | None = None) -> pa.Table:
         """A tablet's rows (all fields, or the key plus ``fields``), in key order.

@@ -28,10 +28,12 @@ from merkle.tablets.segment import SEGMENT_CODEC, concat_segments, encode_segmen
 
 __all__ = [
     "KEYS",
+    "check_counts",
     "concat_pages",
     "cut_pages",
     "encode_page",
     "join_page",
+    "join_pages",
     "join_picked",
     "pick_page",
     "pick_rows",
@@ -86,7 +88,7 @@ def _key_block_codec(table: pa.Table, slot: str) -> Any:
     return SEGMENT_CODEC
 
 
-def _check_counts(keys: pa.Table, parts: Mapping[str, pa.Table], count: int) -> None:
+def check_counts(keys: pa.Table, parts: Mapping[str, pa.Table], count: int) -> None:
     """IntegrityError unless every block of a page holds the page's ``count`` rows."""
     if keys.num_rows != count or keys.num_columns != 1:
         raise IntegrityError(
@@ -103,7 +105,7 @@ def _check_counts(keys: pa.Table, parts: Mapping[str, pa.Table], count: int) -> 
 
 def join_page(keys: pa.Table, parts: Mapping[str, pa.Table], count: int) -> pa.Table:
     """The inverse of :func:`split_page`: the key column, then every field sorted by name."""
-    _check_counts(keys, parts, count)
+    check_counts(keys, parts, count)
     if not parts:
         return keys
     columns: dict[str, tuple[pa.Field, Any]] = {}
@@ -117,6 +119,35 @@ def join_page(keys: pa.Table, parts: Mapping[str, pa.Table], count: int) -> pa.T
         [keys.column(0), *(columns[name][1] for name in order)],
         schema=pa.schema([keys.schema.field(0), *(columns[name][0] for name in order)]),
     )
+
+
+def join_pages(pages: Sequence[tuple[pa.Table, Mapping[str, pa.Table]]]) -> pa.Table | None:
+    """The rows of consecutive pages (each: its key block's table and its families'),
+    joined once: every family's pages concatenated, then :func:`join_page`.
+
+    None when the pages do not agree (other families, or a family or key block
+    with another schema): :func:`join_page` each and :func:`concat_pages` them.
+    Every page's counts must have been checked (:func:`check_counts`).
+    Zero-copy, like :func:`concat_pages` of pages that agree, and the same table.
+    """
+    first_keys, first_parts = pages[0]
+    names = list(first_parts)
+    for keys, parts in pages[1:]:
+        if list(parts) != names or not keys.schema.equals(first_keys.schema, check_metadata=True):
+            return None
+        for name in names:
+            if not parts[name].schema.equals(first_parts[name].schema, check_metadata=True):
+                return None
+    keys = pa.concat_tables([keys for keys, _ in pages])
+    # A family none of whose columns is wanted is decoded to its row count alone,
+    # which concatenation would lose: it adds no column, so it is left out here
+    # (its counts were checked page by page).
+    joined = {
+        name: pa.concat_tables([parts[name] for _, parts in pages])
+        for name in names
+        if first_parts[name].num_columns
+    }
+    return join_page(keys, joined, keys.num_rows)
 
 
 def concat_pages(tables: Sequence[pa.Table], key_field: str) -> pa.Table:
@@ -153,7 +184,7 @@ def pick_page(
     the names of the families picked from (those with columns to read), then the
     key block's rows and each of those families'. A lookup picks a row or two of
     thousands, so it joins its picks, not the pages (:func:`join_picked`)."""
-    _check_counts(keys, parts, count)
+    check_counts(keys, parts, count)
     names = [family for family, part in parts.items() if part.num_columns]
     return names, [pick_rows(keys, rows), *(pick_rows(parts[family], rows) for family in names)]
 

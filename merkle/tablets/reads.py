@@ -217,6 +217,11 @@ class TableReads:
         if reverse:
             plan.reverse()
         leaves = tree.leaves_io
+        # A scan bigger than the cache keeps none of what it decodes: each block would
+        # only push out the one read before it (and weighing each for the cache cost a
+        # 10M-row scan a tenth of its calling thread's time).
+        stored = sum(_stored_size(leaf) for leaf in plan)
+        keep = stored * _DECODED_PER_STORED <= self.ts.cache_bytes // 2
         for chunk in self._chunks(plan):
             # Fetch the blocks of several leaves concurrently before materialising them:
             # only the pages that hold the rows wanted, where no pending change falls.
@@ -229,7 +234,7 @@ class TableReads:
                     blocks += leaves.blocks(leaf.ref.cid, fields)
                 else:
                     blocks += leaves.slice_blocks(leaf.ref.cid, leaf.start, leaf.stop, fields)
-            with self.ts.holding(blocks):
+            with self.ts.holding(blocks, keep=keep):
                 for leaf in chunk:
                     rows = tree.materialize(leaf, overlay, fields)
                     if reverse:
@@ -240,12 +245,7 @@ class TableReads:
         """The plan's leaves in groups fetched at once: at most :data:`_PREFETCH`, and
         no more (decoded) than a part of the cache, so that a group is still cached
         when it is read however small the cache."""
-
-        def size(leaf: LeafSlice) -> int:
-            ref = leaf.ref
-            return 0 if ref is None else ref.size * (leaf.stop - leaf.start) // max(1, ref.count)
-
-        return _budgeted(plan, size, self._fetch_budget(), most=_PREFETCH)
+        return _budgeted(plan, _stored_size, self._fetch_budget(), most=_PREFETCH)
 
     def _fetch_budget(self) -> int:
         """Stored bytes whose decoded blocks a read fetches at once: a third of the cache."""
@@ -280,6 +280,12 @@ class TableReads:
     def read_tablet(self, cid: CID, fields: Sequence[str] | None = None) -> pa.Table:
         """The rows stored in one tablet, projected to ``fields``."""
         return self._tree().read_rows(cid, fields).table
+
+
+def _stored_size(leaf: LeafSlice) -> int:
+    """About the stored bytes a scan reads of a leaf (its share of the tablet's)."""
+    ref = leaf.ref
+    return 0 if ref is None else ref.size * (leaf.stop - leaf.start) // max(1, ref.count)
 
 
 def _budgeted(

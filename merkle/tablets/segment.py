@@ -306,6 +306,9 @@ def concat_segments(tables: Sequence[pa.Table], *, key_field: str) -> pa.Table:
     """
     if not tables:
         raise UsageError("concat_segments needs at least one table")
+    alike = _concat_alike(tables, key_field)
+    if alike is not None:
+        return alike
     held = [set(table.column_names) for table in tables]
     key_types: set[pa.DataType] = set()
     for position, table in enumerate(tables):
@@ -333,6 +336,40 @@ def concat_segments(tables: Sequence[pa.Table], *, key_field: str) -> pa.Table:
         if merged is not None:
             fields.append(merged[0])
             columns.append(merged[1])
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields))
+
+
+def _concat_alike(tables: Sequence[pa.Table], key_field: str) -> pa.Table | None:
+    """:func:`concat_segments` of tables that share one schema (a scan's tablets, as a
+    rule), without its per-table, per-column work in Python; None when they do not.
+
+    The same table: the key column first, the other fields sorted by name, a
+    field null in every row dropped, the key checked for nulls.
+    """
+    if len(tables) < 2:
+        return None
+    schema = tables[0].schema
+    names = schema.names
+    if key_field not in names or len(set(names)) != len(names):
+        return None
+    key_type = schema.field(key_field).type
+    if key_type == pa.null() or not all(
+        table.schema.equals(schema, check_metadata=True) for table in tables[1:]
+    ):
+        return None
+    whole = pa.concat_tables(tables)
+    key = whole.column(key_field)
+    if key.null_count:
+        raise UsageError(f"a key column {key_field!r} holds nulls: every row needs its key")
+    fields = [pa.field(key_field, key_type)]
+    columns = [key]
+    for name in sorted(names):
+        if name == key_field:
+            continue
+        column = whole.column(name)
+        if column.null_count != len(column):
+            fields.append(schema.field(name))
+            columns.append(column)
     return pa.Table.from_arrays(columns, schema=pa.schema(fields))
 
 

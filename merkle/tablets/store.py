@@ -301,13 +301,14 @@ class TableStore:
         return [found[(cid.bytes, names)] for cid, names in items]
 
     @contextlib.contextmanager
-    def holding(self, items: Sequence[tuple[CID, Columns]]) -> Iterator[None]:
+    def holding(self, items: Sequence[tuple[CID, Columns]], *, keep: bool = True) -> Iterator[None]:
         """:meth:`segment_columns` of ``items``, kept at hand until the block exits, however
         small the cache: a read that fetches blocks ahead (a scan, a run of pages) and
         then reads them page by page decodes each once. With a cache smaller than a
         run, every block was decoded two or three times (a 10M-row scan with a 4 MB
-        cache: 0.9-1.5 s, against ~0.4 s with 12 MB)."""
-        tables = self.segment_columns(items)
+        cache: 0.9-1.5 s, against ~0.4 s with 12 MB). ``keep``: as for
+        :meth:`segment_columns`."""
+        tables = self.segment_columns(items, keep=keep)
         by_key = {
             (cid.bytes, names): table for (cid, names), table in zip(items, tables, strict=True)
         }

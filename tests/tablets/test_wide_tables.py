@@ -101,6 +101,10 @@ class CountedSchema(_Counted):
         self._walks.count += 1
         return iter(self._inner)
 
+    def equals(self, other: Any, check_metadata: bool = False) -> bool:
+        # a native comparison of two schemas, not a walk in Python
+        return bool(self._inner.equals(getattr(other, "_inner", other), check_metadata))
+
     def append(self, field: pa.Field) -> CountedSchema:
         self._walks.count += 1  # a copy of every field
         return CountedSchema(self._inner.append(field), self._walks)
