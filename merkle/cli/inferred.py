@@ -13,6 +13,12 @@ refuses them (before anything is written) unless the user asked for the type:
   and two distinct keys can collapse into one. The error names the column and
   suggests an exact type (``decimal128(38,0)`` or ``string``).
 
+A type inferred from the first block can also meet a value it does not hold
+in a later block (a ``2.5`` in a column of integers, a member a nested
+object did not have): the streaming reader then fails, and whether a file
+loads would depend on its size. :func:`explain_later` makes that error name
+the row, the field and the ``--column-types`` that reads the column whole.
+
 The integer check is exact rather than a rule on magnitudes: a float64
 column is suspect only when every value of the first batch is integral (a
 cheap vectorized test; a column with a 2.5 in it is plainly float data), and
@@ -34,11 +40,19 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
+import pyarrow.json as pajson
 
 from merkle.cli.common import CliError
-from merkle.cli.sources import BLOCK_SIZE, ReadOptions, Source, csv_parse_options, head_bytes
+from merkle.cli.sources import (
+    BLOCK_SIZE,
+    Input,
+    ReadOptions,
+    Source,
+    csv_parse_options,
+    head_bytes,
+)
 
-__all__ = ["check_inferred", "not_utf8"]
+__all__ = ["check_inferred", "explain_later", "not_utf8"]
 
 #: An integer literal as the CSV reader accepts one (surrounding blanks allowed).
 _INTEGER = re.compile(r"\s*[+-]?\d+\s*")
@@ -199,3 +213,166 @@ def _json_records(head: bytes, rows: int) -> Iterator[dict[str, Any]]:
         got += 1
         if isinstance(record, dict):
             yield {k: v for k, v in record.items() if isinstance(v, _Literal)}
+
+
+# -- a later block that does not fit the first one's types ------------------------------
+
+#: How a message of ``merkle.cli.readerrors`` names a field, and a CSV value.
+_FIELD = re.compile(r"field '([^']+)'")
+_VALUE = re.compile(r"value '(.*)' is not ")
+
+
+def explain_later(
+    message: str, source: Source, options: ReadOptions, schema: pa.Schema | None, read: int
+) -> str:
+    """``message`` (why ``source`` could not be read after ``read`` rows, in batches of
+    ``schema``) with the row, the field and the fix, when a type pyarrow inferred from
+    the first block of the file does not hold a value of a later block."""
+    if schema is None:
+        return message  # the first block: its types were inferred from all of it
+    given = {**options.column_types, **options.key_types, **options.rendered}
+    inferred = [name for name in schema.names if name not in given]
+    if source.fmt == "csv":
+        named = _FIELD.search(message)
+        if named is None or named.group(1) not in inferred:
+            return message
+        name = named.group(1)
+        kind = schema.field(name).type
+        value = _VALUE.search(message)
+        wider = "float64" if value and _is_number(value.group(1), kind) else "string"
+        return message + (
+            f"; column {name!r} is read as {kind}, the type inferred from the file's first "
+            f"{BLOCK_SIZE >> 20} MiB: pass --column-types {name}:{wider} to read it whole as "
+            f"{wider}"
+        )
+    if source.fmt != "jsonl" or options.rendered or source.path == "-":
+        return message  # stdin cannot be read again
+    if "(after row " not in message:
+        return message  # pyarrow named the row (and readerrors the field)
+    try:
+        found = _first_misfit_line(source, schema, read)
+    except (pa.ArrowException, OSError, ValueError):
+        return message
+    if found is None:
+        return message
+    row, line = found
+    return f"cannot read {source.name} as {source.fmt}: row {row}: " + _line_misfit(
+        line, schema, inferred
+    )
+
+
+def _is_number(text: str, kind: pa.DataType) -> bool:
+    """Whether ``text``, refused by an integer column, is a number (2.5, 1e3, NaN)."""
+    if not pa.types.is_integer(kind):
+        return False
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _fits(lines: list[bytes], schema: pa.Schema) -> bool:
+    """Whether pyarrow reads JSON ``lines`` with ``schema`` and no member beyond it."""
+    if not lines:
+        return True
+    data = b"\n".join(lines)
+    try:
+        pajson.read_json(
+            pa.BufferReader(data),
+            read_options=pajson.ReadOptions(use_threads=False, block_size=len(data) + 1),
+            parse_options=pajson.ParseOptions(
+                explicit_schema=schema, unexpected_field_behavior="error"
+            ),
+        )
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def _first_misfit_line(source: Source, schema: pa.Schema, read: int) -> tuple[int, bytes] | None:
+    """The row number and text of the first JSON line after row ``read`` that ``schema``
+    does not read (None: none in the next two blocks), found by halving the lines: a
+    few reads by pyarrow, not one per line."""
+    opened = Input(source.path)
+    lines: list[bytes] = []
+    try:
+        if source.fmt == "jsonl":
+            opened.skip_bom(source.path)
+        rows, size, carry = 0, 0, b""
+        while size < 2 * BLOCK_SIZE:
+            chunk = opened.stream.read(BLOCK_SIZE)
+            parts = (carry + chunk).split(b"\n")
+            carry = parts.pop() if chunk else b""
+            for line in parts:
+                if not line.strip():
+                    continue
+                rows += 1
+                if rows > read:
+                    lines.append(line)
+                    size += len(line)
+            if not chunk:
+                break
+    finally:
+        opened.close()
+    if _fits(lines, schema):
+        return None
+    low, high = 0, len(lines)  # the first misfit is in lines[low:high]
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _fits(lines[low:middle], schema):
+            low = middle
+        else:
+            high = middle
+    return read + low + 1, lines[low]
+
+
+def _line_misfit(line: bytes, schema: pa.Schema, inferred: list[str]) -> str:
+    """Which field of the JSON ``line`` the columns' types (``schema``) do not hold, and
+    the --column-types that reads it."""
+    try:
+        own = pajson.read_json(pa.BufferReader(line)).schema
+    except pa.ArrowInvalid as exc:
+        return " ".join(str(exc).split())
+    for field in own:
+        if field.name in schema.names and schema.field(field.name).type == field.type:
+            continue
+        if field.name in schema.names:
+            have = schema.field(field.name).type
+            path = _differs_at(have, field.type, field.name)
+            what = f"field {path!r} does not fit column {field.name!r}, read as {have}"
+        else:
+            have, path = None, field.name
+            what = f"field {path!r} is not in the file's first rows"
+        if have is not None and field.name not in inferred:
+            return what + ": fix the value"
+        try:
+            merged = (
+                pa.unify_schemas(
+                    [pa.schema([(field.name, have)]), pa.schema([field])],
+                    promote_options="permissive",
+                )
+                .field(field.name)
+                .type
+                if have is not None
+                else field.type
+            )
+        except (pa.ArrowException, TypeError):
+            return what + f" ({field.type} here): give its values one type in the file"
+        return what + (
+            f" (the types of a file's columns are inferred from its first {BLOCK_SIZE >> 20} "
+            f"MiB): pass --column-types '{field.name}:{merged}' to read it whole"
+        )
+    return "its values do not fit the types of the first rows"
+
+
+def _differs_at(have: pa.DataType, got: pa.DataType, path: str) -> str:
+    """The dotted path inside ``path`` where the types ``have`` and ``got`` first differ."""
+    if pa.types.is_struct(have) and pa.types.is_struct(got):
+        for member in got:
+            index = have.get_field_index(member.name)
+            if index < 0:
+                return f"{path}.{member.name}"
+            if have.field(index).type != member.type:
+                return _differs_at(have.field(index).type, member.type, f"{path}.{member.name}")
+    return path

@@ -28,7 +28,7 @@ import pyarrow as pa
 
 from merkle.cli.advice import for_cli
 from merkle.cli.common import CliError, commit_options, open_db, say, table_key
-from merkle.cli.inferred import check_inferred
+from merkle.cli.inferred import check_inferred, explain_later
 from merkle.cli.readerrors import bad_value, read_error
 from merkle.cli.rendered import BadValueError, is_binary, needs_converting
 from merkle.cli.sources import (
@@ -52,8 +52,10 @@ __all__ = ["INPUT_FORMATS", "detect_format", "load"]
 DUPLICATE_POLICIES = ("error", "first", "last")
 
 
-def _key_types(spec: str | None, key_fields: list[str]) -> dict[str, pa.DataType]:
-    """The Arrow types the key columns are read as: the codec's (timestamps left to the reader)."""
+def _key_types(spec: str | None, key_fields: list[str], fmt: str) -> dict[str, pa.DataType]:
+    """The Arrow types the key columns are read as: the codec's. A timestamp key of a
+    Parquet file is left as the file has it; in text it is read as ISO-8601, with or
+    without a zone (none means UTC, as a key typed on the command line)."""
     if spec is None:
         return {}
     arrow_type = codec_of(spec).arrow_type
@@ -63,7 +65,7 @@ def _key_types(spec: str | None, key_fields: list[str]) -> dict[str, pa.DataType
     return {
         name: kind
         for name, kind in zip(key_fields, types, strict=True)
-        if not pa.types.is_timestamp(kind)
+        if fmt != "parquet" or not pa.types.is_timestamp(kind)
     }
 
 
@@ -315,7 +317,8 @@ def load(
             except BadValueError as exc:
                 raise CliError(bad_value(source, exc, read)) from None
             except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-                raise CliError(read_error(source, options, schema, read, exc)) from None
+                said = read_error(source, options, schema, read, exc)
+                raise CliError(explain_later(said, source, options, schema, read)) from None
             except MerkleError as exc:
                 advice = for_cli(str(exc), db, table)
                 raise CliError(
@@ -361,7 +364,7 @@ def _read_options(
     key_fields, spec = table_key(database, table)
     table_schema = database.describe_table(table)["schema"]
     direct, rendered = _schema_types(table_schema, source.fmt)
-    key_types = _key_types(spec, key_fields)
+    key_types = _key_types(spec, key_fields, source.fmt)
     if source.fmt != "parquet":  # a key is written as on the command line: bytes as hex
         keyed = {n: k for n, k in key_types.items() if needs_converting(k, source.fmt)}
         rendered = {**keyed, **rendered}

@@ -15,6 +15,7 @@ field's values must look like.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import decimal
 import json
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from merkle.errors import UsageError
 from merkle.tablets.schema import is_list_type
@@ -80,8 +82,12 @@ def needs_converting(kind: pa.DataType, fmt: str) -> bool:
         or pa.types.is_null(kind)
     )
     if fmt == "csv":  # the CSV reader parses these from the text the output writes
-        plain = plain or pa.types.is_decimal(kind) or pa.types.is_date(kind)
-        plain = plain or (pa.types.is_floating(kind) and not pa.types.is_float16(kind))
+        # Of the decimals only decimal128: pyarrow's CSV reader has no conversion to the
+        # others. Of the floats only float64: the reader turns a number beyond float32's
+        # range into Infinity without a word, so a narrower float is read as text and
+        # converted here, where such a number is refused (typed_column).
+        plain = plain or pa.types.is_decimal128(kind) or pa.types.is_date(kind)
+        plain = plain or pa.types.is_float64(kind)
     return not plain
 
 
@@ -135,7 +141,10 @@ def _from_hex(value: Any, kind: pa.DataType) -> bytes:
 
 def _from_float(value: Any, kind: pa.DataType) -> float:
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int beyond every float's range
+            raise _fail(kind, value) from None
     if isinstance(value, str) and value in _SPECIAL_FLOATS:
         return _SPECIAL_FLOATS[value]
     try:  # a CSV cell of a float16 field, or a number written as text
@@ -262,17 +271,48 @@ def _in_micros(kind: pa.DataType) -> pa.DataType | None:
     return None
 
 
+#: How pyarrow's cast from text spells an infinity (either case, a sign optional).
+_INFINITY = r"^[+-]?(inf|infinity)$"
+
+
+def _out_of_range(given: pa.Array, result: pa.Array, kind: pa.DataType) -> None:
+    """BadValueError for the first row of ``result`` (``given`` converted to the float
+    type ``kind``) that is infinite where ``given`` is a finite number: a number beyond
+    the type's range, which pyarrow turns into Infinity without a word."""
+    if not pa.types.is_floating(kind) or not pc.any(pc.is_inf(result)).as_py():
+        return
+    if pa.types.is_string(given.type) or pa.types.is_large_string(given.type):
+        finite = pc.invert(pc.match_substring_regex(given, _INFINITY, ignore_case=True))
+    elif pa.types.is_floating(given.type):
+        finite = pc.invert(pc.is_inf(given))
+    else:
+        finite = pc.is_valid(given)  # integers and decimals are finite
+    lost = pc.and_(pc.fill_null(pc.is_inf(result), False), pc.fill_null(finite, False))
+    row = pc.index(lost, True).as_py()
+    if row is not None and row >= 0:
+        name = f"float{kind.bit_width}"
+        raise BadValueError(
+            f"is beyond the range of {name} (it would be stored as Infinity): write a "
+            f"number {name} holds, or widen the field to float64 (merkle table alter DB "
+            "TABLE --widen FIELD:float64)",
+            given[row].as_py(),
+            row,
+        )
+
+
 def typed_array(values: list[Any], kind: pa.DataType) -> pa.Array:
     """``values`` (converted by :func:`from_rendered`) as an Array of ``kind``; a value
     the type cannot hold exactly (a time with microseconds in ``time32[s]``) is a
-    BadValueError, never truncated."""
+    BadValueError, never truncated, and a number beyond a float type's range (1e39
+    in float32) one, never made Infinity."""
     wide = _in_micros(kind)
-    try:
-        if wide is not None:
-            return pa.array(values, wide).cast(kind)
-        return pa.array(values, kind)
-    except (pa.ArrowException, ValueError, TypeError, OverflowError):
-        pass
+    array = None
+    with contextlib.suppress(pa.ArrowException, ValueError, TypeError, OverflowError):
+        array = pa.array(values, wide).cast(kind) if wide is not None else pa.array(values, kind)
+    if array is not None:
+        if pa.types.is_floating(kind) and not pa.types.is_float64(kind):
+            _out_of_range(pa.array(values, pa.float64()), array, kind)
+        return array
     for row, value in enumerate(values):  # the first value that does not fit
         try:
             array = pa.array([value], wide or kind)
@@ -281,6 +321,29 @@ def typed_array(values: list[Any], kind: pa.DataType) -> pa.Array:
         except (pa.ArrowException, ValueError, TypeError, OverflowError):
             raise BadValueError(f"does not fit {kind}: write {example(kind)}", None, row) from None
     raise BadValueError(f"does not fit {kind}: write {example(kind)}", None, None)
+
+
+#: The end of an ISO-8601 time that names its zone: ``12:00:00Z``, ``12:00+02:00``.
+_ZONE = r":\d\d(:\d\d)?([.,]\d+)?(Z|[+-]\d\d(:?\d\d)?)$"
+
+
+def _zoned_times(column: pa.Array, kind: pa.DataType) -> pa.Array | None:
+    """ISO-8601 text as the zoned timestamp type ``kind``, a time without a zone taken as
+    UTC (as a key on the command line, and as pyarrow takes a naive datetime); None when
+    ``kind`` has no zone or the text is not all such times (then read value by value)."""
+    if not pa.types.is_timestamp(kind) or kind.tz is None:
+        return None
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return None
+    zoned = pc.fill_null(pc.match_substring_regex(column, _ZONE), False)
+    none = pa.scalar(None, column.type)
+    try:
+        aware = pc.if_else(zoned, column, none).cast(pa.timestamp(kind.unit, tz="UTC"))
+        naive = pc.if_else(zoned, none, column).cast(pa.timestamp(kind.unit))
+        utc = pc.assume_timezone(naive, timezone="UTC")
+        return pc.if_else(zoned, aware, utc).cast(kind)
+    except (pa.ArrowException, ValueError):
+        return None
 
 
 def typed_column(column: pa.Array, kind: pa.DataType, cells: bool) -> pa.Array:
@@ -292,9 +355,16 @@ def typed_column(column: pa.Array, kind: pa.DataType, cells: bool) -> pa.Array:
     casts = (pa.types.is_date, pa.types.is_timestamp, pa.types.is_decimal, pa.types.is_floating)
     if any(check(kind) for check in casts):  # pyarrow's cast reads text as the output writes it
         try:
-            return column.cast(kind)
+            result = column.cast(kind)
         except (pa.ArrowException, ValueError):
-            pass  # no such cast, or a value it refuses: found below
+            # no such cast, or a value it refuses (found below); times with and without
+            # a zone in one zoned column are still converted in one pass
+            zoned = _zoned_times(column, kind)
+            if zoned is not None:
+                return zoned
+        else:
+            _out_of_range(column, result, kind)
+            return result
     values = column.to_pylist()
     converted = []
     for row, value in enumerate(values):

@@ -24,6 +24,7 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from merkle.cli.common import CliError
+from merkle.cli.parquetcast import cast_columns
 from merkle.cli.typenames import parse_type, parse_types
 
 __all__ = [
@@ -48,6 +49,8 @@ INPUT_FORMATS = {
 _COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
 #: Bytes per block of the CSV and JSON readers (one record batch each).
 BLOCK_SIZE = 4 << 20
+#: The UTF-8 byte order mark some editors write at the start of a text file.
+BOM = b"\xef\xbb\xbf"
 _MAGIC = {
     b"PAR1": "Parquet",
     b"\x1f\x8b": "gzip-compressed",
@@ -143,7 +146,7 @@ def check_content(path: str, fmt: str) -> None:
                     f"0x{head[exc.start]:02x}; re-encode the file as UTF-8 "
                     "(a Latin-1 file: iconv -f latin1 -t utf-8)"
                 ) from None
-        text = head.lstrip()
+        text = head.removeprefix(BOM).lstrip()
         if text and not text.startswith(b"{"):
             raise CliError(f"{path} is not JSON Lines: each line must be a JSON object")
 
@@ -215,11 +218,15 @@ class _StdinReader:
         self.head = bytearray()
         self.eof = False
         self.closed = False
+        #: Drop a UTF-8 byte order mark at the start (set for JSON Lines).
+        self.skip_bom = False
 
     def read(self, size: int = -1) -> bytes:
         data = self.raw.read(size)
         self.count += len(data)
         self.eof = self.eof or not data
+        if self.skip_bom and self.count == len(data):  # the first bytes read
+            data = data.removeprefix(BOM)
         if len(self.head) < 2 * BLOCK_SIZE:
             self.head += data[: 2 * BLOCK_SIZE - len(self.head)]
         return data
@@ -248,15 +255,26 @@ class Input:
         self.stdin: _StdinReader | None = None
         self.file: pa.NativeFile | None = None
         self.done = 0
-        codec = None
         if path == "-":
             self.stdin = _StdinReader(sys.stdin.buffer)
-            stream: Any = pa.PythonFile(self.stdin, mode="r")
+            self.stream: Any = pa.PythonFile(self.stdin, mode="r")
         else:
-            self.file = pa.OSFile(path)
-            stream = self.file
-            codec = split_compression(path)[1]
-        self.stream: Any = pa.CompressedInputStream(stream, codec) if codec else stream
+            self._open(path)
+
+    def _open(self, path: str) -> None:
+        self.file = pa.OSFile(path)
+        codec = split_compression(path)[1]
+        self.stream = pa.CompressedInputStream(self.file, codec) if codec else self.file
+
+    def skip_bom(self, path: str) -> None:
+        """Read past a UTF-8 byte order mark at the start of the content, if there is one:
+        pyarrow's JSON reader takes it for a value (its CSV reader skips it itself)."""
+        if self.stdin is not None:
+            self.stdin.skip_bom = True
+            return
+        if self.stream.read(len(BOM)) != BOM:  # no mark: start again (a compressed
+            self.close()  # stream cannot seek back)
+            self._open(path)
 
     @property
     def count(self) -> int:
@@ -429,18 +447,21 @@ def read_batches(source: Source, options: ReadOptions) -> Iterator[pa.RecordBatc
         if source.path == "-":
             raise CliError("parquet cannot be read from stdin: name the file")
         source.parquet = pq.ParquetFile(source.path)
+        head = f"cannot read {source.name} as {source.fmt}: "
         done = 0
         try:
             for batch in source.parquet.iter_batches(batch_size=65536):
-                yield _cast(batch, types, source, options.key_fields, done) if types else batch
+                yield cast_columns(batch, types, head, options.key_fields, done) if types else batch
                 done += batch.num_rows
         finally:
             source.parquet.close()
         return
     source.counter = opened = Input(source.path)
-    stream = opened.stream
     reader: Any = None
     try:
+        if source.fmt == "jsonl":
+            opened.skip_bom(source.path)
+        stream = opened.stream
         if source.fmt == "csv":
             reader = csv_reader(stream, options, options.reader_types(), source.path)
             source.schema = reader.schema
@@ -460,9 +481,16 @@ def read_batches(source: Source, options: ReadOptions) -> Iterator[pa.RecordBatc
                 explicit_schema=pa.schema(list(types.items())) if types else None,
                 unexpected_field_behavior="infer",
             )
-            reader = pajson.open_json(
-                stream, read_options=pajson.ReadOptions(block_size=BLOCK_SIZE), parse_options=parse
-            )
+            try:
+                reader = pajson.open_json(
+                    stream,
+                    read_options=pajson.ReadOptions(block_size=BLOCK_SIZE),
+                    parse_options=parse,
+                )
+            except pa.ArrowInvalid as exc:
+                if str(exc).strip() == "Empty JSON stream":  # no rows: nothing to load, as
+                    return  # `merkle scan -f jsonl` writes an empty table (CSV: a header)
+                raise
             source.schema = reader.schema
             yield from reader
     finally:
@@ -494,80 +522,6 @@ def peek_types(
     finally:
         opened.close()
     return {name: schema.field(name).type for name in names if name in schema.names}
-
-
-def _cast(
-    batch: pa.RecordBatch,
-    types: Mapping[str, pa.DataType],
-    source: Source,
-    key_fields: Sequence[str],
-    before: int,
-) -> pa.RecordBatch:
-    """``batch`` (rows ``before + 1``... of a Parquet file) with the columns of ``types``
-    cast to them; a value that does not convert is a CliError naming the file, the row,
-    the field, the record's key and the value (pyarrow's own message names none of them)."""
-    fields = [
-        batch.schema.field(name).with_type(types[name])
-        if name in types
-        else batch.schema.field(name)
-        for name in batch.schema.names
-    ]
-    try:
-        return batch.cast(pa.schema(fields))
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        raise CliError(_cast_error(batch, types, source, key_fields, before, exc)) from None
-
-
-def _cast_error(
-    batch: pa.RecordBatch,
-    types: Mapping[str, pa.DataType],
-    source: Source,
-    key_fields: Sequence[str],
-    before: int,
-    exc: BaseException,
-) -> str:
-    """Why ``batch`` does not cast to ``types``: the first column, and its first row, that fail."""
-    head = f"cannot read {source.name} as {source.fmt}: "
-    for name in batch.schema.names:
-        target = types.get(name)
-        column = batch.column(name)
-        if target is None or _casts(column, target) is None:
-            continue
-        if not _casts_at_all(column.type, target):
-            return head + (
-                f"column {name!r} is {column.type} in the file and cannot be read as {target}"
-            )
-        lo, hi = 0, len(column)  # the first failing row lies in [lo, hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if _casts(column.slice(lo, mid - lo), target) is not None:
-                hi = mid
-            else:
-                lo = mid
-        value = column.slice(lo, 1).to_pylist()[0]
-        problem = _casts(column.slice(lo, 1), target)
-        names = [n for n in key_fields if n in batch.schema.names]
-        key = [batch.column(n).slice(lo, 1).to_pylist()[0] for n in names]
-        shown_key = f", key {key[0]!r}" if len(key) == 1 else f", key {tuple(key)!r}" if key else ""
-        return head + (
-            f"row {before + lo + 1}, field {name!r}{shown_key}: value {value!r} is not "
-            f"{target} ({problem})"
-        )
-    return head + " ".join(str(exc).split())
-
-
-def _casts(column: pa.Array, target: pa.DataType) -> str | None:
-    """Why ``column`` does not cast (safely) to ``target``, or None when it does."""
-    try:
-        column.cast(target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-        return " ".join(str(exc).split())
-    return None
-
-
-def _casts_at_all(source: pa.DataType, target: pa.DataType) -> bool:
-    """Whether Arrow has a cast from ``source`` to ``target`` (an empty array casts)."""
-    return _casts(pa.array([], source), target) is None
 
 
 def key_values(batch: pa.RecordBatch, key_fields: Sequence[str]) -> list[Any]:

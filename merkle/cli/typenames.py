@@ -17,6 +17,15 @@ from merkle.cli.common import CliError
 __all__ = ["parse_type", "parse_types"]
 
 
+#: The decimal types by the name Arrow prints them with (``decimal256(50, 10)``).
+_DECIMALS = {
+    "decimal32": pa.decimal32,
+    "decimal64": pa.decimal64,
+    "decimal128": pa.decimal128,
+    "decimal256": pa.decimal256,
+}
+
+
 def _split_top(text: str) -> list[str]:
     """``text`` split on its top-level commas: not those inside ``(...)``, ``[...]`` or
     ``<...>`` (a decimal's scale, a timestamp's zone, a struct's fields)."""
@@ -68,11 +77,12 @@ def parse_type(text: str) -> pa.DataType:
     except ValueError:
         pass
     lowered = text.replace(" ", "")
-    if lowered.startswith("decimal128(") and lowered.endswith(")"):
-        precision, _, scale = lowered[len("decimal128(") : -1].partition(",")
+    width, paren, args = lowered.partition("(")
+    if paren and width in _DECIMALS and args.endswith(")"):
+        precision, _, scale = args[:-1].partition(",")
         try:
-            return pa.decimal128(int(precision), int(scale or 0))
-        except ValueError:
+            return _DECIMALS[width](int(precision), int(scale or 0))
+        except (ValueError, pa.ArrowException):
             pass
     if lowered.startswith("timestamp[") and lowered.endswith("]"):
         unit, _, zone = lowered[len("timestamp[") : -1].partition(",")
@@ -85,8 +95,8 @@ def parse_type(text: str) -> pa.DataType:
         return nested
     raise CliError(
         f"unknown type {text!r}: use an Arrow type name such as int32, int64, float64, "
-        "string, bool, date32, decimal128(10,2), timestamp[us], timestamp[us, tz=UTC], "
-        "list<int64> or struct<a: int64, b: string>"
+        "string, bool, date32, decimal128(10,2), decimal256(50,10), timestamp[us], "
+        "timestamp[us, tz=UTC], list<int64> or struct<a: int64, b: string>"
     )
 
 
