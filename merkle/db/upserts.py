@@ -30,6 +30,7 @@ from merkle.errors import UsageError
 from merkle.lazy import compute as pc
 from merkle.tablets.conform import conform_arrow, conform_records, present, stored_field
 from merkle.tablets.micros import in_micros
+from merkle.tablets.patches import choose
 from merkle.tablets.schema import storage_type
 from merkle.tablets.table import Table
 
@@ -250,7 +251,7 @@ def _laid_over(
         elif given.all():
             column = new
         else:
-            column = pc.if_else(
+            column = choose(  # if_else has no kernel for extension types: choose falls back
                 pa.array(given),
                 new if new is not None else pa.nulls(count, kind),
                 old if old is not None else pa.nulls(count, kind),

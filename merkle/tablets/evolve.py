@@ -49,6 +49,7 @@ from merkle.tablets.keys import infer_key_codec_arrow
 from merkle.tablets.schema import (
     check_declared_type,
     check_field_metadata,
+    check_not_key_column,
     free_field,
     is_free,
     storage_type,
@@ -250,8 +251,7 @@ def plan_change(
             continue
         if new.name in [f.name for f in fields]:
             raise SchemaError(f"cannot add field {new.name!r}: the table has it already")
-        if key.composite and new.name == key.column:
-            raise SchemaError(f"{new.name!r} is reserved for the composite key")
+        check_not_key_column(new.name, key.fields)
         fields.append(new)
     dropped = set()
     for name in change.drop:
@@ -263,6 +263,7 @@ def plan_change(
         not_key(old, "rename")
         if new in [f.name for f in fields] or not new:
             raise SchemaError(f"cannot rename {old!r} to {new!r}: that name is taken")
+        check_not_key_column(new, key.fields)
         i = index(old, "rename")
         fields[i] = fields[i].with_name(new)
         # Keyed by the stored (original) name: a chain in one call, {"a": "x", "b": "a"}

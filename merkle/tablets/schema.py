@@ -34,6 +34,7 @@ from merkle.tablets.segment import cbor_field, is_cbor_field
 __all__ = [
     "check_declared_type",
     "check_field_metadata",
+    "check_not_key_column",
     "check_schema",
     "check_time_zones",
     "composite_column",
@@ -74,6 +75,22 @@ def composite_column(names: Sequence[str]) -> str:
     field may not take.
     """
     return "(" + ",".join(names) + ")"
+
+
+def check_not_key_column(name: str, key: str | Sequence[str]) -> None:
+    """SchemaError when field ``name`` would take the segment column of a composite ``key``.
+
+    A field of that name would stand beside the key's struct column in every
+    segment, and no read or write of the table could tell them apart; declared,
+    added, renamed or made schema-free, the name is refused before anything is
+    committed.
+    """
+    names = [key] if isinstance(key, str) else list(key)
+    if len(names) > 1 and name == composite_column(names):
+        raise SchemaError(
+            f"{name!r} is reserved for the composite key {names} (merkle-db stores the key "
+            "under that name): give the field another name"
+        )
 
 
 # -- storage ---------------------------------------------------------------------
@@ -139,8 +156,8 @@ def decode_schema(data: bytes, where: object = None) -> pa.Schema:
 def check_schema(schema: Any, key: str | Sequence[str] = ()) -> pa.Schema | None:
     """A declared schema (a ``pyarrow.Schema``, or a list of ``pyarrow.Field``), checked.
 
-    Field names must be non-empty and unique and include the ``key`` fields;
-    schema metadata is dropped.
+    Field names must be non-empty and unique and include the ``key`` fields (none the
+    name of a composite key's column); schema metadata is dropped.
     """
     if schema is None:
         return None
@@ -159,6 +176,8 @@ def check_schema(schema: Any, key: str | Sequence[str] = ()) -> pa.Schema | None
     repeated = sorted(n for n, times in Counter(names).items() if times > 1)
     if repeated:
         raise SchemaError(f"the schema names fields {repeated} more than once")
+    for name in names:
+        check_not_key_column(name, key)
     for field in key_schema_fields(schema, [key] if isinstance(key, str) else list(key)):
         if is_cbor_field(field):
             raise SchemaError(
@@ -240,6 +259,7 @@ def with_free_fields(
     for name in free:
         if not isinstance(name, str) or not name:
             raise SchemaError(f"schema_free names fields; {name!r} is not a field name")
+        check_not_key_column(name, key)
         if name in key_fields:
             # A schema-free key became a table whose every write and lookup failed.
             raise SchemaError(
