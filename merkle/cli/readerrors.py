@@ -10,18 +10,27 @@ which row the block began.
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
+import pyarrow.json as pajson
 
 from merkle.cli.rendered import BadValueError, example
-from merkle.cli.sources import Input, ReadOptions, Source, csv_parse_options, csv_reader
+from merkle.cli.sources import (
+    BLOCK_SIZE,
+    Input,
+    ReadOptions,
+    Source,
+    csv_parse_options,
+    csv_reader,
+)
 
-__all__ = ["bad_value", "read_error"]
+__all__ = ["bad_value", "locate_json_error", "read_error"]
 
 #: pyarrow's row, counted from 0 in the block, at the end of its JSON errors.
 _IN_ROW = re.compile(r"\s+in row (\d+)$")
@@ -58,7 +67,11 @@ def read_error(
     expected = options.reader_types()
     if schema is not None:
         expected = {**{f.name: f.type for f in schema}, **expected}
-    found = locate_csv_error(source, options, expected) or _locate_csv_row(source, options)
+    found = (
+        locate_csv_error(source, options, expected)
+        or _locate_csv_row(source, options)
+        or locate_json_error(source, options, read)
+    )
     if found:
         return head + found
     text = short(exc)
@@ -67,7 +80,10 @@ def read_error(
         return head + f"{text} ({where(read)})"
     said = f"row {read + int(in_row.group(1)) + 1}: {text[: in_row.start()]}"
     changed = _CHANGED.search(said)
-    if changed is not None:  # a column inferred from its first values, then another kind
+    if changed is not None and changed.group(1) in expected:  # stdin: not read again
+        name = changed.group(1)
+        said += f"; field {name!r} is read as {expected[name]}: write {_how(expected[name])}"
+    elif changed is not None:  # a column inferred from its first values, then another kind
         name = changed.group(1)
         said += (
             f"; give column {name!r} one type: --column-types {name}:TYPE (such as "
@@ -204,3 +220,122 @@ def _unconvertible(value: bytes, target: pa.DataType, name: str) -> str | None:
     except (pa.ArrowException, ValueError):
         return f"value {text!r} is not {target}: write {example(target)}"
     return None
+
+
+#: How far past the rows read a JSON Lines file is searched for the value pyarrow
+#: refused: the block that failed begins there, and pyarrow reads ahead a few blocks.
+_JSON_SEARCH = 16 * BLOCK_SIZE
+
+
+def locate_json_error(source: Source, options: ReadOptions, read: int) -> str | None:
+    """Where a JSON Lines value fails to convert to the type its field is read as (the
+    table's, or --column-types): ``row N, field 'F', key K: value V is not T: write ...``;
+    ``row N: <pyarrow's reason>`` for a row none of its fields alone is refused in (not
+    JSON, say); None if no row is refused.
+
+    pyarrow's JSON reader names neither (``Failed to convert JSON to int64, couldn't
+    parse:1.5``, or ``changed from number to boolean`` for ``true`` in an int64 field).
+    The rows after the ``read`` ones are read again by pyarrow with the same types, a
+    block at a time; a block it refuses is halved until one row is left (a read per
+    halving, never a check per value), and that row's typed fields are read one by one.
+    """
+    types = {
+        name: kind
+        for name, kind in {**options.column_types, **options.key_types}.items()
+        if name not in options.rendered  # read as text, and converted with their own errors
+    }
+    if source.fmt != "jsonl" or source.path == "-" or not types:
+        return None
+    opened = Input(source.path)
+    row, carry, searched = 0, b"", 0
+    try:
+        while searched <= _JSON_SEARCH:
+            data = opened.stream.read(BLOCK_SIZE)
+            lines = (carry + data).split(b"\n")
+            carry = lines.pop() if data else b""
+            rows = [line for line in lines if line.strip()]  # blank lines are no rows
+            first = row + 1
+            row += len(rows)
+            if rows and row > read:
+                block = rows[max(0, read - first + 1) :]
+                searched += sum(map(len, block))
+                if _refused(block, types) is not None:
+                    at = _first_refused(block, types)
+                    return _json_row(block[at], row - len(block) + at + 1, types, options)
+            if not data:
+                return None
+    except (pa.ArrowException, OSError, ValueError):
+        return None
+    finally:
+        opened.close()
+    return None
+
+
+def _refused(lines: Sequence[bytes], types: Mapping[str, pa.DataType]) -> str | None:
+    """pyarrow's reason for refusing the JSON Lines ``lines`` read with these types, or
+    None when it reads them (fields not in ``types`` are ignored)."""
+    data = b"\n".join(lines)
+    try:
+        pajson.read_json(
+            pa.BufferReader(data),
+            read_options=pajson.ReadOptions(use_threads=False, block_size=len(data) + 1),
+            parse_options=pajson.ParseOptions(
+                explicit_schema=pa.schema(list(types.items())),
+                unexpected_field_behavior="ignore",
+            ),
+        )
+    except pa.ArrowException as exc:
+        return _IN_ROW.sub("", short(exc))
+    return None
+
+
+def _first_refused(lines: Sequence[bytes], types: Mapping[str, pa.DataType]) -> int:
+    """The position of the first of ``lines`` (which pyarrow refuses) that it refuses,
+    found by halving: each row is read on its own, so a part holds it or not."""
+    low, high = 0, len(lines)
+    while high - low > 1:
+        middle = (low + high) // 2
+        if _refused(lines[low:middle], types) is not None:
+            high = middle
+        else:
+            low = middle
+    return low
+
+
+def _json_row(line: bytes, row: int, types: Mapping[str, pa.DataType], options: ReadOptions) -> str:
+    """What is wrong with the JSON Lines ``line`` (row ``row``): the field, key and
+    value refused, or pyarrow's reason when no one field is."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        record = None
+    if isinstance(record, dict):
+        for name, kind in types.items():
+            if name in record and _refused([line], {name: kind}) is not None:
+                key = [record.get(field) for field in options.key_fields]
+                shown = "" if all(v is None for v in key) else f", key {_shown(_one(key))}"
+                return (
+                    f"row {row}, field {name!r}{shown}: value {_shown(record[name])} is not "
+                    f"{kind}: write {_how(kind)}"
+                )
+    return f"row {row}: {_refused([line], types)}"
+
+
+def _one(key: list[Any]) -> Any:
+    return key[0] if len(key) == 1 else tuple(key)
+
+
+def _how(kind: pa.DataType) -> str:
+    """How a value of ``kind`` is written; for an integer type, with its range."""
+    if pa.types.is_integer(kind):
+        bits = kind.bit_width
+        low, high = (
+            (0, 2**bits - 1)
+            if pa.types.is_unsigned_integer(kind)
+            else (
+                -(2 ** (bits - 1)),
+                2 ** (bits - 1) - 1,
+            )
+        )
+        return f"a whole number from {low} to {high}"
+    return example(kind)

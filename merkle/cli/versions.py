@@ -442,12 +442,17 @@ _STDOUT_PATHS = ("/dev/stdout", "/dev/fd/1", "/proc/self/fd/1")
 
 
 @click.command("import")
-@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, allow_dash=True))
 @click.option("--db", "db", required=True, help="Name of the database to create.")
 @commit_options
 @create_option
 def import_(file: str, db: str, message: str | None, author: str | None, create: bool) -> None:
     """Create database DB from the CAR v1 archive FILE (every block verified first)."""
+    if file == "-":  # export writes "-" to stdout, but an import cannot read stdin so
+        raise CliError(
+            "cannot import from standard input ('-'): an import reads its archive twice "
+            "(to check, then to store), so save it to a file first"
+        )
     made = _transfer().import_car(
         connection(create=create), file, db, message=message, author=author
     )

@@ -23,6 +23,11 @@ is held to the same rule. :func:`kind_misfit` finds the first value of the
 other kind in a column of Python values (a type test per distinct Python
 type, not a call per value); :func:`loss_check` applies the same rule to
 values inside lists, structs and maps.
+
+pyarrow takes any sequence as a list, ``str`` and ``bytes`` too: it would split
+``"blue"`` into its characters and ``b"\\x01\\xff"`` into its byte values without a
+word. A list field refuses both (and ``bytearray``, ``memoryview``), at the top
+and inside nested values alike.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["kind_misfit", "loss_check", "text_kind"]
+__all__ = ["is_list_like", "kind_misfit", "loss_check", "text_kind"]
 
 Check = Callable[[Any], str | None]
 
@@ -122,9 +127,7 @@ def loss_check(target: pa.DataType) -> Check | None:
         return _struct_check(target)
     if pa.types.is_map(target):
         return _map_check(target)
-    if pa.types.is_list(target) or pa.types.is_large_list(target):
-        return _items_check(_member_check(target.value_type))
-    if pa.types.is_fixed_size_list(target):
+    if is_list_like(target):
         return _items_check(_member_check(target.value_type))
     if pa.types.is_integer(target):
         return _integer_loss
@@ -232,12 +235,31 @@ def _map_check(target: pa.MapType) -> Check:
     return check
 
 
-def _items_check(inner: Check | None) -> Check | None:
-    if inner is None:
-        return None
+def is_list_like(target: pa.DataType) -> bool:
+    """Whether ``target`` holds a list of values (list, large, fixed-size or view)."""
+    return bool(
+        pa.types.is_list(target)
+        or pa.types.is_large_list(target)
+        or pa.types.is_fixed_size_list(target)
+        or pa.types.is_list_view(target)
+        or pa.types.is_large_list_view(target)
+    )
+
+
+def _items_check(inner: Check | None) -> Check:
+    """The check of a value for a list type: a list it is, and its items fit ``inner``.
+
+    pyarrow takes any Python sequence as a list, text and bytes too: ``"blue"`` would
+    be stored as ``["b", "l", "u", "e"]`` and ``b"\\x01\\xff"`` as ``[1, 255]``, without
+    a word. A user never means them as a list of their characters or bytes, so they
+    are refused (:data:`_NOT_A_LIST`); any other value that is no sequence pyarrow
+    refuses itself.
+    """
 
     def check(value: Any) -> str | None:
-        if not isinstance(value, list | tuple):
+        if isinstance(value, _NOT_A_LIST):
+            return _not_a_list(value)
+        if inner is None or not isinstance(value, list | tuple):
             return None
         for item in value:
             lost = None if item is None else inner(item)
@@ -246,6 +268,19 @@ def _items_check(inner: Check | None) -> Check | None:
         return None
 
     return check
+
+
+#: The sequences pyarrow would split into a list's items: text into its characters,
+#: bytes into their numbers (numpy's str_ and bytes_ are subclasses of them).
+_NOT_A_LIST = (str, *_BYTES)
+
+
+def _not_a_list(value: Any) -> str:
+    parts = "its characters" if isinstance(value, str) else "its byte values"
+    return (
+        f"it is {type(value).__name__}, not a list: a list field never takes it as a list "
+        f"of {parts}; give [value] for a list of one item"
+    )
 
 
 def _integer_loss(value: Any) -> str | None:
