@@ -33,6 +33,7 @@ read costs one block of one file, and only when a column is suspect.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -228,6 +229,8 @@ def explain_later(
     """``message`` (why ``source`` could not be read after ``read`` rows, in batches of
     ``schema``) with the row, the field and the fix, when a type pyarrow inferred from
     the first block of the file does not hold a value of a later block."""
+    if source.fmt == "jsonl" and _TOO_BIG in message:
+        return _explain_too_big(message, source, options)
     if schema is None:
         return message  # the first block: its types were inferred from all of it
     given = {**options.column_types, **options.key_types, **options.rendered}
@@ -259,6 +262,95 @@ def explain_later(
     return f"cannot read {source.name} as {source.fmt}: row {row}: " + _line_misfit(
         line, schema, inferred
     )
+
+
+#: pyarrow's words for a JSON number beyond float64 (1e400) in a column it infers.
+_TOO_BIG = "Number too big to be stored in double"
+#: How a message of ``merkle.cli.readerrors`` names the row.
+_ROW = re.compile(r": row (\d+): ")
+
+
+def _explain_too_big(message: str, source: Source, options: ReadOptions) -> str:
+    """``message`` (pyarrow refused a JSON number beyond float64) as the float32 and
+    typed fields' refusals say it: row, field, key, value and what keeps the value."""
+    row = _ROW.search(message)
+    if row is None:
+        return message
+    line = _json_line(source, int(row.group(1)))
+    try:
+        record = json.loads(line, parse_float=_Literal) if line is not None else None
+    except ValueError:
+        return message
+    found = _too_big_member(record, "") if isinstance(record, dict) else None
+    if found is None or not isinstance(record, dict):
+        return message
+    path, text = found
+    key = [_shown(record.get(name)) for name in options.key_fields]
+    shown = f", key {key[0]}" if len(key) == 1 else f", key ({', '.join(key)})" if key else ""
+    top = path.split(".")[0]
+    return (
+        f"cannot read {source.name} as {source.fmt}: row {row.group(1)}, field {path!r}"
+        f"{shown}: value {text} is beyond the range of float64 (it would be stored as "
+        f"Infinity): write a number float64 holds, or keep it exact as a decimal or as "
+        f"text (--column-types {top}:decimal256(76,0) or {top}:string, for a new table)"
+    )
+
+
+def _shown(value: Any) -> str:
+    """A decoded JSON value as messages show one (a number as it is written)."""
+    return value.text if isinstance(value, _Literal) else repr(value)
+
+
+def _json_line(source: Source, row: int) -> bytes | None:
+    """The text of the ``row``-th (1-based) non-blank line of JSON Lines ``source``
+    (stdin: only within its first blocks, which are kept)."""
+    if source.path == "-":
+        lines = iter(head_bytes(source).split(b"\n"))
+        opened = None
+    else:
+        opened = Input(source.path)
+        opened.skip_bom(source.path)
+        lines = _stream_lines(opened)
+    try:
+        seen = 0
+        for line in lines:
+            if line.strip():
+                seen += 1
+                if seen == row:
+                    return line.removeprefix(b"\xef\xbb\xbf")
+    except (pa.ArrowException, OSError):
+        return None
+    finally:
+        if opened is not None:
+            opened.close()
+    return None
+
+
+def _stream_lines(opened: Input) -> Iterator[bytes]:
+    carry = b""
+    while chunk := opened.stream.read(BLOCK_SIZE):
+        parts = (carry + chunk).split(b"\n")
+        carry = parts.pop()
+        yield from parts
+    yield carry
+
+
+def _too_big_member(value: Any, path: str) -> tuple[str, str] | None:
+    """The dotted path and literal of the first number in a decoded JSON ``value`` (its
+    floats kept as :class:`_Literal`) beyond float64, or None."""
+    if isinstance(value, _Literal):
+        return (path, value.text) if math.isinf(float(value.text)) else None
+    if isinstance(value, dict):
+        members = [(f"{path}.{name}" if path else str(name), item) for name, item in value.items()]
+    elif isinstance(value, list):
+        members = [(path, item) for item in value]  # a list's items are its field's values
+    else:
+        return None
+    for inner, item in members:
+        found = _too_big_member(item, inner)
+        if found is not None:
+            return found
+    return None
 
 
 def _is_number(text: str, kind: pa.DataType) -> bool:

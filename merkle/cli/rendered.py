@@ -42,6 +42,8 @@ __all__ = [
 
 #: What the output writes for a float that JSON cannot hold.
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+#: How pyarrow's cast from text spells an infinity (either case, a sign optional).
+_INFINITY = r"^[+-]?(inf|infinity)$"
 #: Bytes as the output writes them (lowercase hex), ``0x`` optional as for keys.
 _HEX = re.compile(r"(?:0[xX])?((?:[0-9a-fA-F]{2})*)")
 #: What a time unit coarser than Python's microseconds holds.
@@ -83,11 +85,10 @@ def needs_converting(kind: pa.DataType, fmt: str) -> bool:
     )
     if fmt == "csv":  # the CSV reader parses these from the text the output writes
         # Of the decimals only decimal128: pyarrow's CSV reader has no conversion to the
-        # others. Of the floats only float64: the reader turns a number beyond float32's
-        # range into Infinity without a word, so a narrower float is read as text and
-        # converted here, where such a number is refused (typed_column).
+        # others. No float: the reader turns a number beyond the type's range (1e39 in
+        # float32, 1e400 in float64) into Infinity without a word, so a float is read as
+        # text and converted here, where such a number is refused (typed_column).
         plain = plain or pa.types.is_decimal128(kind) or pa.types.is_date(kind)
-        plain = plain or pa.types.is_float64(kind)
     return not plain
 
 
@@ -140,17 +141,47 @@ def _from_hex(value: Any, kind: pa.DataType) -> bytes:
 
 
 def _from_float(value: Any, kind: pa.DataType) -> float:
+    """A JSON number, or a number written as text, as a float. An infinity comes only
+    from its own spelling (``"Infinity"``, ``inf``): a JSON number decoded as one went
+    beyond float64 (``1e400``; JSON has no infinite number), and so does text such as
+    ``"1e400"``, which ``float`` makes Infinity without a word; both are refused."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         try:
-            return float(value)
+            number = float(value)
         except OverflowError:  # an int beyond every float's range
             raise _fail(kind, value) from None
+        if math.isinf(number):
+            raise beyond_range(kind, value)
+        return number
     if isinstance(value, str) and value in _SPECIAL_FLOATS:
         return _SPECIAL_FLOATS[value]
     try:  # a CSV cell of a float16 field, or a number written as text
-        return float(_text(value, kind))
+        number = float(_text(value, kind))
     except ValueError:
         raise _fail(kind, value) from None
+    if math.isinf(number) and not re.fullmatch(_INFINITY, value.strip(), re.IGNORECASE):
+        raise beyond_range(kind, value)
+    return number
+
+
+def beyond_range(kind: pa.DataType, value: Any, row: int | None = None) -> BadValueError:
+    """The error for a number beyond the range of the float type ``kind``, which would
+    be stored as Infinity: what to do instead (a narrower float can be widened; a
+    float64 holds no larger number, so the value is kept as a decimal or as text)."""
+    name = f"float{kind.bit_width}" if pa.types.is_floating(kind) else str(kind)
+    if pa.types.is_float64(kind):
+        fix = (
+            "write a number float64 holds, or keep it exact as a decimal or as text "
+            "(--column-types FIELD:decimal256(76,0) or FIELD:string, for a new table)"
+        )
+    else:
+        fix = (
+            f"write a number {name} holds, or widen the field to float64 (merkle table "
+            "alter DB TABLE --widen FIELD:float64)"
+        )
+    return BadValueError(
+        f"is beyond the range of {name} (it would be stored as Infinity): {fix}", value, row
+    )
 
 
 def _from_decimal(value: Any, kind: pa.DataType) -> decimal.Decimal:
@@ -271,10 +302,6 @@ def _in_micros(kind: pa.DataType) -> pa.DataType | None:
     return None
 
 
-#: How pyarrow's cast from text spells an infinity (either case, a sign optional).
-_INFINITY = r"^[+-]?(inf|infinity)$"
-
-
 def _out_of_range(given: pa.Array, result: pa.Array, kind: pa.DataType) -> None:
     """BadValueError for the first row of ``result`` (``given`` converted to the float
     type ``kind``) that is infinite where ``given`` is a finite number: a number beyond
@@ -290,14 +317,7 @@ def _out_of_range(given: pa.Array, result: pa.Array, kind: pa.DataType) -> None:
     lost = pc.and_(pc.fill_null(pc.is_inf(result), False), pc.fill_null(finite, False))
     row = pc.index(lost, True).as_py()
     if row is not None and row >= 0:
-        name = f"float{kind.bit_width}"
-        raise BadValueError(
-            f"is beyond the range of {name} (it would be stored as Infinity): write a "
-            f"number {name} holds, or widen the field to float64 (merkle table alter DB "
-            "TABLE --widen FIELD:float64)",
-            given[row].as_py(),
-            row,
-        )
+        raise beyond_range(kind, given[row].as_py(), row)
 
 
 def typed_array(values: list[Any], kind: pa.DataType) -> pa.Array:
@@ -354,6 +374,8 @@ def typed_column(column: pa.Array, kind: pa.DataType, cells: bool) -> pa.Array:
         return column
     casts = (pa.types.is_date, pa.types.is_timestamp, pa.types.is_decimal, pa.types.is_floating)
     if any(check(kind) for check in casts):  # pyarrow's cast reads text as the output writes it
+        if pa.types.is_floating(kind) and pa.types.is_string(column.type):
+            column = pc.utf8_trim_whitespace(column)  # a cell ` 1.5`, as the CSV reader reads
         try:
             result = column.cast(kind)
         except (pa.ArrowException, ValueError):

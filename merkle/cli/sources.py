@@ -14,7 +14,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import IO, Any
 
 import pyarrow as pa
@@ -220,8 +220,18 @@ class _StdinReader:
         self.closed = False
         #: Drop a UTF-8 byte order mark at the start (set for JSON Lines).
         self.skip_bom = False
+        #: Bytes to read again before stdin's next ones (see :meth:`rewind`).
+        self.replay = b""
+
+    def rewind(self) -> None:
+        """Start again from the first byte (all read so far must be kept in ``head``)."""
+        self.replay = bytes(self.head)
 
     def read(self, size: int = -1) -> bytes:
+        if self.replay:  # kept bytes read again: counted, kept and stripped once already
+            data = self.replay if size < 0 else self.replay[:size]
+            self.replay = self.replay[len(data) :]
+            return data
         data = self.raw.read(size)
         self.count += len(data)
         self.eof = self.eof or not data
@@ -265,6 +275,15 @@ class Input:
         self.file = pa.OSFile(path)
         codec = split_compression(path)[1]
         self.stream = pa.CompressedInputStream(self.file, codec) if codec else self.file
+
+    def rewind(self, path: str) -> None:
+        """Start reading again from the beginning (stdin: what its first two blocks keep,
+        when no reader has read its stream yet)."""
+        if self.stdin is None:
+            self.close()
+            self._open(path)
+        else:
+            self.stdin.rewind()
 
     def skip_bom(self, path: str) -> None:
         """Read past a UTF-8 byte order mark at the start of the content, if there is one:
@@ -420,8 +439,11 @@ def _empty_cells_only(options: ReadOptions) -> bool:
     return options.null_values == ("",)
 
 
-def _converted(batch: pa.RecordBatch, options: ReadOptions) -> pa.RecordBatch:
-    """``batch`` with its rendered columns (read as CSV text) converted to their types."""
+def _converted(
+    batch: pa.RecordBatch, options: ReadOptions, inferred: Mapping[str, pa.DataType]
+) -> pa.RecordBatch:
+    """``batch`` with its rendered columns (read as CSV text) converted to their types
+    (``inferred``: those whose type the reader inferred, see :func:`_inferred_floats`)."""
     if not options.rendered:
         return batch
     from merkle.cli.rendered import BadValueError, typed_column
@@ -432,12 +454,50 @@ def _converted(batch: pa.RecordBatch, options: ReadOptions) -> pa.RecordBatch:
             try:
                 column = typed_column(column, options.rendered[name], cells=True)
             except BadValueError as exc:
+                if name in inferred and "beyond the range" not in exc.reason:
+                    exc.reason += (  # a later value than the ones the type was inferred from
+                        f"; column {name!r} is read as {inferred[name]}, the type inferred "
+                        f"from the file's first {BLOCK_SIZE >> 20} MiB: pass --column-types "
+                        f"{name}:string to read it whole as string"
+                    )
                 exc.field = name
                 if exc.row is not None and set(options.key_fields) <= set(batch.schema.names):
                     exc.key = key_values(batch.slice(exc.row, 1), options.key_fields)[0]
                 raise
         arrays.append(column)
     return pa.RecordBatch.from_arrays(arrays, names=batch.schema.names)
+
+
+def _stdin_schema(opened: Input, options: ReadOptions) -> pa.Schema | None:
+    """The columns the CSV reader infers from the first block of stdin, which is read
+    and left to be read again (None: it does not parse; the main read says why)."""
+    if opened.stdin is None:
+        return None
+    first = b""
+    while len(first) < BLOCK_SIZE and (data := opened.stdin.read(BLOCK_SIZE - len(first))):
+        first += data
+    opened.rewind("-")
+    if len(first) == BLOCK_SIZE and b"\n" in first:
+        first = first[: first.rindex(b"\n") + 1]  # the reader's first block ends a line
+    try:
+        reader = csv_reader(pa.BufferReader(first), options, options.reader_types(), "-")
+        try:
+            schema: pa.Schema = reader.schema
+        finally:
+            reader.close()
+    except (pa.ArrowException, ValueError):
+        return None
+    return schema
+
+
+def _inferred_floats(schema: pa.Schema | None, options: ReadOptions) -> dict[str, pa.DataType]:
+    """The columns of a CSV file the reader inferred as floats (from the first block),
+    to be read as text and converted (``merkle.cli.rendered``, one cast per column): the
+    reader makes ``1e400`` Infinity without a word, as it does ``inf``; this refuses it."""
+    if schema is None:
+        return {}
+    given = options.reader_types()
+    return {f.name: f.type for f in schema if pa.types.is_floating(f.type) and f.name not in given}
 
 
 def read_batches(source: Source, options: ReadOptions) -> Iterator[pa.RecordBatch]:
@@ -463,10 +523,20 @@ def read_batches(source: Source, options: ReadOptions) -> Iterator[pa.RecordBatc
             opened.skip_bom(source.path)
         stream = opened.stream
         if source.fmt == "csv":
-            reader = csv_reader(stream, options, options.reader_types(), source.path)
+            if opened.stdin is not None:  # the types of the first block, left to be read
+                inferred = _inferred_floats(_stdin_schema(opened, options), options)
+            else:
+                reader = csv_reader(stream, options, options.reader_types(), source.path)
+                inferred = _inferred_floats(reader.schema, options)
+                if inferred:  # read again from the start
+                    reader.close()
+                    opened.rewind(source.path)
+            if reader is None or inferred:  # the inferred float columns read as text
+                options = replace(options, rendered={**options.rendered, **inferred})
+                reader = csv_reader(opened.stream, options, options.reader_types(), source.path)
             source.schema = reader.schema
             for batch in reader:
-                yield _converted(_nulls_in_strings(batch, options), options)
+                yield _converted(_nulls_in_strings(batch, options), options, inferred)
         elif options.rendered:
             from merkle.cli.typedjson import read_typed_json
 
