@@ -44,6 +44,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from merkle.cli.common import CliError
+from merkle.cli.jsonrefusal import first_refused
 from merkle.cli.sources import (
     BLOCK_SIZE,
     Input,
@@ -364,24 +365,6 @@ def _is_number(text: str, kind: pa.DataType) -> bool:
     return True
 
 
-def _fits(lines: list[bytes], schema: pa.Schema) -> bool:
-    """Whether pyarrow reads JSON ``lines`` with ``schema`` and no member beyond it."""
-    if not lines:
-        return True
-    data = b"\n".join(lines)
-    try:
-        pajson.read_json(
-            pa.BufferReader(data),
-            read_options=pajson.ReadOptions(use_threads=False, block_size=len(data) + 1),
-            parse_options=pajson.ParseOptions(
-                explicit_schema=schema, unexpected_field_behavior="error"
-            ),
-        )
-    except pa.ArrowInvalid:
-        return False
-    return True
-
-
 def _first_misfit_line(source: Source, schema: pa.Schema, read: int) -> tuple[int, bytes] | None:
     """The row number and text of the first JSON line after row ``read`` that ``schema``
     does not read (None: none in the next two blocks), found by halving the lines: a
@@ -407,16 +390,8 @@ def _first_misfit_line(source: Source, schema: pa.Schema, read: int) -> tuple[in
                 break
     finally:
         opened.close()
-    if _fits(lines, schema):
-        return None
-    low, high = 0, len(lines)  # the first misfit is in lines[low:high]
-    while high - low > 1:
-        middle = (low + high) // 2
-        if _fits(lines[low:middle], schema):
-            low = middle
-        else:
-            high = middle
-    return read + low + 1, lines[low]
+    at = first_refused(lines, schema, unexpected="error")
+    return None if at is None else (read + at + 1, lines[at])
 
 
 def _line_misfit(line: bytes, schema: pa.Schema, inferred: list[str]) -> str:

@@ -18,8 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
-import pyarrow.json as pajson
 
+from merkle.cli.jsonrefusal import first_refused, refusal
 from merkle.cli.rendered import BadValueError, example
 from merkle.cli.sources import (
     BLOCK_SIZE,
@@ -259,8 +259,8 @@ def locate_json_error(source: Source, options: ReadOptions, read: int) -> str | 
             if rows and row > read:
                 block = rows[max(0, read - first + 1) :]
                 searched += sum(map(len, block))
-                if _refused(block, types) is not None:
-                    at = _first_refused(block, types)
+                at = first_refused(block, pa.schema(list(types.items())))
+                if at is not None:
                     return _json_row(block[at], row - len(block) + at + 1, types, options)
             if not data:
                 return None
@@ -274,32 +274,8 @@ def locate_json_error(source: Source, options: ReadOptions, read: int) -> str | 
 def _refused(lines: Sequence[bytes], types: Mapping[str, pa.DataType]) -> str | None:
     """pyarrow's reason for refusing the JSON Lines ``lines`` read with these types, or
     None when it reads them (fields not in ``types`` are ignored)."""
-    data = b"\n".join(lines)
-    try:
-        pajson.read_json(
-            pa.BufferReader(data),
-            read_options=pajson.ReadOptions(use_threads=False, block_size=len(data) + 1),
-            parse_options=pajson.ParseOptions(
-                explicit_schema=pa.schema(list(types.items())),
-                unexpected_field_behavior="ignore",
-            ),
-        )
-    except pa.ArrowException as exc:
-        return _IN_ROW.sub("", short(exc))
-    return None
-
-
-def _first_refused(lines: Sequence[bytes], types: Mapping[str, pa.DataType]) -> int:
-    """The position of the first of ``lines`` (which pyarrow refuses) that it refuses,
-    found by halving: each row is read on its own, so a part holds it or not."""
-    low, high = 0, len(lines)
-    while high - low > 1:
-        middle = (low + high) // 2
-        if _refused(lines[low:middle], types) is not None:
-            high = middle
-        else:
-            low = middle
-    return low
+    exc = refusal(lines, pa.schema(list(types.items())))
+    return None if exc is None else _IN_ROW.sub("", short(exc))
 
 
 def _json_row(line: bytes, row: int, types: Mapping[str, pa.DataType], options: ReadOptions) -> str:
