@@ -8,7 +8,8 @@ has (an all-null Arrow column: type null, which a later write of values
 replaces by their type, see :func:`typed_names`); a schema-free field takes
 any value as CBOR. A value that does not fit
 is a :class:`~merkle.errors.SchemaError` naming the field, the record's key
-and the value (one column is fitted in :mod:`merkle.tablets.fitcolumn`). The
+and the value (an Arrow column is fitted in :mod:`merkle.tablets.fitcolumn`, a
+field of records built in :mod:`merkle.tablets.recordcolumn`). The
 result is in segment form: the key column first (in the key codec's type; a
 composite key as one struct column), then the stored fields sorted by name,
 each in its :func:`~merkle.tablets.schema.storage_type`.
@@ -26,7 +27,7 @@ once per field.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,20 +42,17 @@ from merkle.tablets.dicts import (
     has_dictionary,
     restore_fitting,
 )
-from merkle.tablets.fitcolumn import fit_column, typed_array
-from merkle.tablets.fits import kind_misfit, text_kind
+from merkle.tablets.fitcolumn import fit_column
 from merkle.tablets.freeform import in_micros, python_values
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
-from merkle.tablets.nestedvalues import prepared_values
 from merkle.tablets.nullness import check_inner_nulls, check_nullability
+from merkle.tablets.recordcolumn import check_kind_column, record_column
 from merkle.tablets.schema import (
     check_declared_type,
-    check_nanoseconds,
     composite_column,
     infer_type,
     is_free,
     plain_scalars,
-    show_value,
     storage_type,
 )
 from merkle.tablets.segment import (
@@ -248,9 +246,9 @@ def conform_arrow(
                 values = column_values(pa.table([column], schema=pa.schema([field])), name)
                 array = cbor_array(name, values, lambda i: f"the record with key {key_of(i)!r}")
         else:
-            _check_kind_column(name, column, target.type, key_of)
+            check_kind_column(name, column, target.type, key_of)
             array = fit_column(name, column, storage_type(target.type), key_of)
-            if has_dictionary(target.type) and column.type != target.type:
+            if column.type != target.type and has_dictionary(target.type):
                 check_fits(name, array, target.type)  # Arrow of the field's type fits already
             check_inner_nulls(name, array, key_of)
         stored[name] = (stored_field(target), array)
@@ -259,46 +257,6 @@ def conform_arrow(
     if not partial:
         check_nullability(full, {n: a for n, (_, a) in stored.items()}, key.fields, key_of)
     return Conformed(_segment(key, key_array, codec, stored), full, codec)
-
-
-def _kind_error(name: str, target: pa.DataType, value: Any, key: Any) -> SchemaError:
-    """The error for text written into a binary field or bytes into a string field.
-
-    One rule and one message for every path (``write`` and ``upsert`` of records,
-    ``update``, Arrow data): pyarrow would decode the bytes as UTF-8, or encode the
-    text, without a word, and an Arrow binary column never fitted a string field.
-    """
-    if text_kind(target) == "string":
-        held, fix = "text (str)", "decode it (value.decode('utf-8'))"
-    else:
-        held, fix = "bytes", "encode it (value.encode('utf-8'))"
-    if isinstance(value, memoryview):  # its repr shows an address, not the bytes
-        shown = f"memoryview({show_value(bytes(value))})"
-    else:
-        shown = show_value(value)
-    return SchemaError(
-        f"field {name!r} is {target}, which holds {held}: the value {shown} "
-        f"of the record with key {show_value(key)} is {type(value).__name__}. "
-        f"Values are never converted between text and bytes: {fix}, or declare the "
-        f"field schema-free (alter_schema(table, free=[{name!r}]))"
-    )
-
-
-def _check_kind_column(
-    name: str, column: Any, target: pa.DataType, key_of: Callable[[int], Any]
-) -> None:
-    """A binary column for a string field, or a string column for a binary one, is a
-    :func:`_kind_error` naming its first value (as a record's value would be)."""
-    wanted = text_kind(target)
-    held = text_kind(column.type)
-    if wanted is None or held is None or held == wanted:
-        return
-    valid = pc.is_valid(column)
-    position = pc.index(valid, True).as_py()
-    if position is None or position < 0:
-        return  # all null: nulls fit any field
-    value = column.slice(position, 1).to_pylist()[0]
-    raise _kind_error(name, target, value, key_of(int(position)))
 
 
 def _combined(column: Any) -> pa.Array:
@@ -415,17 +373,7 @@ def conform_records(
         if is_free(target):
             array = cbor_array(name, values, lambda i: f"the record with key {keys[i]!r}")
         else:
-            if name in nanos:
-                check_nanoseconds(name, values, storage_type(target.type), key_of)
-            kind = storage_type(target.type)
-            given = prepared_values(name, values, kind, key_of)  # numpy arrays, map entries
-            misfit = kind_misfit(given, target.type)
-            if misfit is not None:
-                raise _kind_error(name, target.type, given[misfit], key_of(misfit))
-            array = typed_array(name, given, kind, key_of)
-            if has_dictionary(target.type):
-                check_fits(name, array, target.type)
-            check_inner_nulls(name, array, key_of)
+            array = record_column(name, values, target.type, key_of, nanos=name in nanos)
         stored[name] = (stored_field(target), array)
     full = _extend(schema, sorted(new_fields, key=lambda f: first_seen.get(f.name, -1)))
     if not partial:

@@ -17,7 +17,6 @@ naming the field, the index type and the count.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -25,6 +24,7 @@ import pyarrow as pa
 
 from merkle.errors import SchemaError
 from merkle.lazy import compute as pc
+from merkle.tablets.typecache import per_type
 
 __all__ = [
     "cast_to",
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 
-@functools.lru_cache(maxsize=256)
+@per_type
 def has_dictionary(kind: pa.DataType) -> bool:
     """Whether ``kind`` is, or holds anywhere inside, a dictionary type (cached per type)."""
     if pa.types.is_dictionary(kind):

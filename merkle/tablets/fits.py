@@ -16,7 +16,8 @@ is fitted as a whole before (:mod:`merkle.tablets.nestedvalues`).
 
 pyarrow also changes a value's kind without a word where text meets bytes: it
 decodes ``bytes`` (and ``bytearray``, ``memoryview``) written into a string
-type as UTF-8, and encodes a ``str`` written into a binary type. A string
+type (or ``pa.json_()``) as UTF-8, and encodes a ``str`` written into a binary
+type (or ``pa.uuid()``: 16 characters became its 16 bytes). A string
 field holds ``str`` and a binary field ``bytes``, on every path (doc/api.md,
 "Schemas"): an Arrow binary column is no string column, and a Python value
 is held to the same rule. :func:`kind_misfit` finds the first value of the
@@ -53,9 +54,13 @@ _BYTES = (bytes, bytearray, memoryview)
 
 def text_kind(target: pa.DataType) -> str | None:
     """``"string"`` or ``"binary"`` for the types that hold text or bytes (large, view,
-    fixed-size and dictionary-encoded ones included), else None."""
-    if pa.types.is_dictionary(target):
-        target = target.value_type
+    fixed-size and dictionary-encoded ones included), else None.
+
+    An extension type is of its storage's kind: a ``pa.uuid()`` holds 16 bytes (or a
+    ``uuid.UUID``), never text; a ``pa.json_()`` holds text, never bytes.
+    """
+    while pa.types.is_dictionary(target) or isinstance(target, pa.BaseExtensionType):
+        target = target.value_type if pa.types.is_dictionary(target) else target.storage_type
     if pa.types.is_string(target) or pa.types.is_large_string(target):
         return "string"
     if (

@@ -27,7 +27,6 @@ only where it changed something.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +37,7 @@ import pyarrow as pa
 from merkle.errors import SchemaError
 from merkle.tablets.fitcolumn import fit_column
 from merkle.tablets.schema import is_list_type, show_value
+from merkle.tablets.typecache import per_type
 
 __all__ = ["prepared_values"]
 
@@ -76,7 +76,7 @@ def prepared_values(
     return values if out is None else out
 
 
-@functools.lru_cache(maxsize=256)
+@per_type
 def _preparer(kind: pa.DataType) -> Prepare | None:
     """The preparation of one value of ``kind``; None when it has no list or map inside."""
     if is_list_type(kind):
@@ -223,7 +223,7 @@ def _array_items(array: np.ndarray[Any, Any], item: pa.DataType, where: _Where) 
     return fitted.to_pylist()
 
 
-@functools.lru_cache(maxsize=256)
+@per_type
 def _converts_exactly(dtype: np.dtype[Any], item: pa.DataType) -> bool:
     """Whether pyarrow converts an array of ``dtype`` into ``item`` values exactly or
     refuses it: it checks an integer's range, and whether float32 or float64 holds an

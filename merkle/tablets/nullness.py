@@ -14,7 +14,6 @@ marks nothing, and costs a type walk, cached).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,6 +23,7 @@ import pyarrow as pa
 from merkle.errors import SchemaError
 from merkle.lazy import compute as pc
 from merkle.tablets.schema import is_list_type, show_value
+from merkle.tablets.typecache import per_type
 
 __all__ = ["check_inner_nulls", "check_nullability", "first_null"]
 
@@ -80,7 +80,7 @@ def check_inner_nulls(name: str, column: Any, key_of: Callable[[int], Any]) -> N
         start += len(chunk)
 
 
-@functools.lru_cache(maxsize=256)
+@per_type
 def _marks_inside(kind: pa.DataType) -> bool:
     """Whether ``kind`` marks a list item, map value or struct member NOT NULL anywhere."""
     if is_list_type(kind):

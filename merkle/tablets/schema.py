@@ -45,6 +45,7 @@ __all__ = [
     "is_free",
     "is_list_type",
     "key_schema_fields",
+    "plain_type",
     "show_value",
     "storage_type",
     "type_family",
@@ -105,32 +106,55 @@ def storage_type(kind: pa.DataType) -> pa.DataType:
     have to be unified every time); a read casts them back to ``kind``. String
     and binary views and run-end encoded columns are stored plain for another
     reason: Arrow has no take, filter or sort kernel for them, which every
-    write, merge and lookup uses. Every other type is stored as it is.
+    write, merge and lookup uses. Every other type is stored as it is
+    (extension types too: see :func:`plain_type`).
     """
+    return _stored(kind, plain=False)
+
+
+def plain_type(kind: pa.DataType) -> pa.DataType:
+    """:func:`storage_type` of ``kind`` with every extension type in it (``pa.uuid()``,
+    ``pa.json_()``, a tensor, one the user registered), at any depth, replaced by its
+    own storage type.
+
+    pyarrow builds an extension array from Python values only at the top: it has no
+    converter for one inside a list, struct or map. Written records are built in this
+    type, where every value check applies to the storage values (16 bytes of a
+    uuid, the text of a json), and cast to :func:`storage_type` after, which Arrow
+    does for storage into extension at every depth without changing a value.
+    """
+    return _stored(kind, plain=True)
+
+
+def _stored(kind: pa.DataType, *, plain: bool) -> pa.DataType:
     types = pa.types
+    if plain and isinstance(kind, pa.BaseExtensionType):
+        return _stored(kind.storage_type, plain=True)
     if types.is_dictionary(kind) or types.is_run_end_encoded(kind):
-        return storage_type(kind.value_type)
+        return _stored(kind.value_type, plain=plain)
     if types.is_string_view(kind):
         return pa.string()
     if types.is_binary_view(kind):
         return pa.binary()
     if types.is_struct(kind):
-        return pa.struct([_storage_field(kind.field(i)) for i in range(kind.num_fields)])
+        return pa.struct([_stored_field(kind.field(i), plain) for i in range(kind.num_fields)])
     if types.is_map(kind):
         return pa.map_(
-            _storage_field(kind.key_field), _storage_field(kind.item_field), kind.keys_sorted
+            _stored_field(kind.key_field, plain),
+            _stored_field(kind.item_field, plain),
+            kind.keys_sorted,
         )
     if types.is_large_list(kind):
-        return pa.large_list(_storage_field(kind.value_field))
+        return pa.large_list(_stored_field(kind.value_field, plain))
     if types.is_fixed_size_list(kind):
-        return pa.list_(_storage_field(kind.value_field), kind.list_size)
+        return pa.list_(_stored_field(kind.value_field, plain), kind.list_size)
     if types.is_list(kind):
-        return pa.list_(_storage_field(kind.value_field))
+        return pa.list_(_stored_field(kind.value_field, plain))
     return kind
 
 
-def _storage_field(field: pa.Field) -> pa.Field:
-    return field.with_type(storage_type(field.type))
+def _stored_field(field: pa.Field, plain: bool) -> pa.Field:
+    return field.with_type(_stored(field.type, plain=plain))
 
 
 # -- the stored form -------------------------------------------------------------

@@ -381,7 +381,9 @@ def _merge_column(
     ``held``: each table's column names, listed once by the caller.
     """
     found: list[tuple[pa.Field, pa.ChunkedArray] | None] = []
-    kinds: dict[tuple[pa.DataType, bool], pa.Field] = {}
+    # (type, CBOR or not) -> the first field of that kind; compared, not hashed: a user's
+    # extension type may be unhashable
+    kinds: list[tuple[pa.DataType, bool, pa.Field]] = []
     for table, names in zip(tables, held, strict=True):
         if name not in names:
             found.append(None)
@@ -391,11 +393,13 @@ def _merge_column(
             found.append(None)  # no values: takes any type
             continue
         found.append((field, column))
-        kinds.setdefault((field.type, is_cbor_field(field)), field)
+        cbor = is_cbor_field(field)
+        if not any(kind == field.type and free == cbor for kind, free, _ in kinds):
+            kinds.append((field.type, cbor, field))
     if not kinds:
         return None
     if len(kinds) == 1:
-        (target,) = kinds.values()
+        target = kinds[0][2]
         pieces = [
             pa.nulls(len(table), target.type) if entry is None else entry[1]
             for table, entry in zip(tables, found, strict=True)
