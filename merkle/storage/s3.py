@@ -41,11 +41,18 @@ from merkle.storage.base import (
     quote_location,
 )
 from merkle.storage.s3_client import (
+    RESPONSE_ERRORS,
+    MalformedResponseError,
+    check_body,
     check_bucket,
     check_endpoint,
+    check_head,
+    check_no_userinfo,
     check_number,
+    check_page,
     check_text,
     new_client,
+    read_response,
 )
 from merkle.storage.s3_retry import (
     Failure,
@@ -161,6 +168,7 @@ class S3Store(ObjectStore):
 
     @classmethod
     def from_uri(cls, parts: SplitResult, options: Mapping[str, Any]) -> S3Store:
+        check_no_userinfo(parts.netloc)  # first: the messages below repeat the URI
         uri = parts.geturl()
         if parts.query or parts.fragment:
             raise UsageError(
@@ -257,7 +265,7 @@ class S3Store(ObjectStore):
             except ClientError as exc:
                 if http_status(exc) == 404 or error_code(exc) == "NoSuchBucket":
                     raise self._no_bucket() from None
-            except BotoCoreError:
+            except (BotoCoreError, *RESPONSE_ERRORS):
                 pass  # cannot tell; report the key
             else:
                 self._bucket_seen = True
@@ -283,12 +291,13 @@ class S3Store(ObjectStore):
         ``writes`` says the request changes the bucket, so an attempt whose
         outcome is unknown makes the final error indefinite. ``proves_bucket``
         says a success shows the bucket exists (not so for a probe that
-        swallows 404s).
+        swallows 404s). A response cut off or garbled on the way is a
+        :class:`MalformedResponseError`, retried like a dropped connection.
         """
         uncertain = False
         for attempt in range(self.max_attempts):
             try:
-                result = request()
+                result = read_response(request)
             except (ClientError, BotoCoreError) as exc:
                 if isinstance(exc, ClientError):
                     if error_code(exc) == "NoSuchBucket":
@@ -316,7 +325,7 @@ class S3Store(ObjectStore):
     def _fetch(self, full: str, key: str) -> bytes:
         def fetch() -> bytes:
             response = self._client.get_object(Bucket=self.bucket, Key=full)
-            return bytes(response["Body"].read())
+            return check_body(bytes(response["Body"].read()), response, f"get of {key!r}")
 
         return self._call(f"get of {key!r}", fetch, key=key)
 
@@ -336,7 +345,7 @@ class S3Store(ObjectStore):
                 if error_code(exc) == "InvalidRange" or http_status(exc) == 416:
                     return b""  # the object exists but ends before ``start``
                 raise
-            data = bytes(response["Body"].read())
+            data = check_body(bytes(response["Body"].read()), response, f"get of {key!r}")
             if "ContentRange" not in response:  # a store that ignored the Range header
                 data = data[start : start + length]
             return data
@@ -345,9 +354,10 @@ class S3Store(ObjectStore):
 
     def stat(self, key: str) -> ObjectInfo:
         full = self._full(key)
+        what = f"stat of {key!r}"
         response = self._call(
-            f"stat of {key!r}",
-            lambda: self._client.head_object(Bucket=self.bucket, Key=full),
+            what,
+            lambda: check_head(self._client.head_object(Bucket=self.bucket, Key=full), what),
             key=key,
         )
         return ObjectInfo(key, int(response["ContentLength"]), response["LastModified"].timestamp())
@@ -370,13 +380,17 @@ class S3Store(ObjectStore):
         return found
 
     def _pages(self, what: str, **request: Any) -> Iterator[dict[str, Any]]:
-        """The pages of a ListObjectsV2 request, each fetched with retries."""
+        """The pages of a ListObjectsV2 request, each fetched with retries; a page that is
+        not a whole result is retried, never taken for an empty one (see check_page)."""
         token: str | None = None
         while True:
-            call = functools.partial(self._client.list_objects_v2, Bucket=self.bucket, **request)
-            if token is not None:
-                call = functools.partial(call, ContinuationToken=token)
-            page: dict[str, Any] = self._call(what, call)
+            options = dict(request) if token is None else {**request, "ContinuationToken": token}
+
+            def call(options: dict[str, Any] = options) -> dict[str, Any]:
+                page = self._client.list_objects_v2(Bucket=self.bucket, **options)
+                return dict(check_page(page, self.bucket, what))
+
+            page = self._call(what, call)
             yield page
             if not page.get("IsTruncated"):
                 return
@@ -429,7 +443,11 @@ class S3Store(ObjectStore):
         uncertain = False  # an earlier attempt may have written the object
         for attempt in range(self.max_attempts):
             try:
-                self._client.put_object(Bucket=self.bucket, Key=full, Body=body, IfNoneMatch="*")
+                read_response(
+                    lambda: self._client.put_object(
+                        Bucket=self.bucket, Key=full, Body=body, IfNoneMatch="*"
+                    )
+                )
             except (ClientError, BotoCoreError) as exc:
                 if isinstance(exc, ClientError):
                     if error_code(exc) == "PreconditionFailed" or http_status(exc) == 412:
@@ -513,17 +531,20 @@ class S3Store(ObjectStore):
         full = self._full(key)
         # A copy onto itself with new metadata is the only way S3 offers to
         # move LastModified without uploading the bytes again.
-        self._call(
-            f"touch of {key!r}",
-            lambda: self._client.copy_object(
+        what = f"touch of {key!r}"
+
+        def copy() -> None:
+            response = self._client.copy_object(
                 Bucket=self.bucket,
                 Key=full,
                 CopySource={"Bucket": self.bucket, "Key": full},
                 MetadataDirective="REPLACE",
-            ),
-            key=key,
-            writes=True,
-        )
+            )
+            # S3 answers 200 at once and reports the outcome in the body, after the copy.
+            if "CopyObjectResult" not in response:
+                raise MalformedResponseError(error=f"{what}: no CopyObjectResult")
+
+        self._call(what, copy, key=key, writes=True)
 
     def delete(self, key: str) -> None:
         full = self._full(key)

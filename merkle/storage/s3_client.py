@@ -1,26 +1,60 @@
-"""How an S3 store's boto3 client is made, and its options checked before.
+"""How an S3 store's boto3 client is made, its options checked before and its answers after.
 
 Botocore's own retries are switched off (one attempt per call: the retry
 loop is :class:`merkle.storage.s3.S3Store`'s, see that module); clients come
 from the process's one boto3 session, made under a lock.
+
+A response cut off by a proxy, load balancer or the network is not always an
+error to botocore: cut inside its headers, it reads as a 200 with an empty
+body (an empty listing, an empty object), and cut inside a header botocore
+parses, it raises a bare ``ValueError``. Every client made here checks that a
+2xx response is whole (:func:`check_framing`), and the store checks the fields
+each answer must have (:func:`check_page`, ...); what fails is a
+:class:`MalformedResponseError`, which the store retries like a dropped
+connection. An empty listing taken for real once made GC free a live
+database's blocks.
 """
 
 from __future__ import annotations
 
+import http.client
 import math
 import os
 import re
 import threading
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import boto3
+import urllib3.exceptions
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, InvalidRegionError, PartialCredentialsError
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    InvalidRegionError,
+    PartialCredentialsError,
+)
+from botocore.parsers import ResponseParserError
 
 from merkle.errors import UsageError
 
-__all__ = ["check_bucket", "check_endpoint", "check_number", "check_text", "new_client"]
+__all__ = [
+    "RESPONSE_ERRORS",
+    "MalformedResponseError",
+    "check_body",
+    "check_bucket",
+    "check_endpoint",
+    "check_framing",
+    "check_head",
+    "check_no_userinfo",
+    "check_number",
+    "check_page",
+    "check_text",
+    "new_client",
+    "read_response",
+]
+_T = TypeVar("_T")
 
 # 3-63 characters of lowercase letters, digits, dots and hyphens, starting and
 # ending with a letter or digit, no "..", not an IPv4 address.
@@ -36,6 +70,26 @@ def check_bucket(bucket: object) -> None:
             f"invalid S3 bucket name {bucket!r}: use 3-63 lowercase letters, digits, "
             "dots and hyphens, starting and ending with a letter or digit"
         )
+
+
+def check_no_userinfo(netloc: str) -> None:
+    """UsageError for credentials in an S3 URI's authority (``s3://KEY:SECRET@bucket``).
+
+    Other tools accept that form; here the part before ``@`` was taken for
+    part of the bucket name, and the error echoed the secret into logs. The
+    message repeats only the bucket after the ``@``, never what is before it.
+    """
+    if "@" not in netloc:
+        return
+    bucket = netloc.rpartition("@")[2]
+    raise UsageError(
+        f"S3 URI s3://{bucket}/... has credentials before the bucket name: credentials "
+        "do not go in the URI (it is logged and shown); remove them and pass the options "
+        "aws_access_key_id and aws_secret_access_key (and aws_session_token; in the CLI "
+        "-o aws_access_key_id=...), or leave them to boto3's chain (AWS_ACCESS_KEY_ID / "
+        "AWS_SECRET_ACCESS_KEY, AWS_PROFILE and ~/.aws/credentials, an instance role); "
+        "see doc/storage.md"
+    )
 
 
 def check_endpoint(endpoint_url: object) -> None:
@@ -91,7 +145,7 @@ def new_client(
         s3={"addressing_style": "path"} if endpoint_url else None,
     )
     try:
-        return _session_client(
+        client = _session_client(
             endpoint_url=endpoint_url, region_name=region_name, config=config, **credentials
         )
     except PartialCredentialsError:
@@ -113,6 +167,114 @@ def new_client(
             f"region_name={region_name!r}, credentials given: "
             f"{', '.join(sorted(credentials)) or 'none'}): {exc}; correct the option it names"
         ) from None
+    client.meta.events.register("before-parse.s3.*", check_framing, unique_id="merkle-framing")
+    return client
+
+
+class MalformedResponseError(HTTPClientError):  # type: ignore[misc]  # botocore is untyped
+    """A response that is not a whole answer: cut off on the way, or garbled.
+
+    An :class:`HTTPClientError` because it is one: the request was sent and
+    its answer was lost, so it is retried, and a write may have taken effect
+    (as with a dropped connection; see ``merkle.storage.s3_retry.classify``).
+    """
+
+    fmt = (
+        "the response was cut off or malformed ({error}); a proxy, load balancer or the "
+        "network between here and the endpoint dropped part of it"
+    )
+
+
+#: What botocore (or urllib3 under it) raises for a response it cannot parse: a header
+#: cut mid-value (``Invalid timestamp "F"``), a body cut mid-chunk, XML that is not XML.
+RESPONSE_ERRORS: tuple[type[Exception], ...] = (
+    ResponseParserError,
+    ValueError,
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+)
+
+
+def read_response(request: Callable[[], _T]) -> _T:
+    """``request()``, with what botocore raised reading a response it could not parse
+    (one of :data:`RESPONSE_ERRORS`) raised as a :class:`MalformedResponseError`."""
+    try:
+        return request()
+    except RESPONSE_ERRORS as exc:
+        if isinstance(exc, (ClientError, BotoCoreError)):
+            raise  # botocore's own (some are ValueErrors too), judged as they are
+        raise MalformedResponseError(error=f"{type(exc).__name__}: {exc}") from exc
+
+
+def check_framing(operation_model: Any, response_dict: dict[str, Any], **_: Any) -> None:
+    """Refuse a 2xx response whose end cannot be told from a cut (botocore's
+    ``before-parse`` hook).
+
+    A response cut inside its headers lost its ``Content-Length``: botocore
+    then reads an empty body and parses it as an empty answer. A response
+    cut after them has a shorter body than it announced. A body must be
+    framed (``Content-Length`` or chunked) and, when botocore has read it
+    whole, as long as announced. HEAD and 204 answers have no body; a
+    streamed body (GetObject) is measured as it is read (botocore's
+    ``StreamingBody`` and :func:`check_body`).
+    """
+    status = int(response_dict.get("status_code", 0))
+    if not 200 <= status < 300 or status == 204 or operation_model.http.get("method") == "HEAD":
+        return
+    headers = response_dict.get("headers") or {}
+    length = headers.get("content-length")
+    if length is None:
+        if "chunked" not in str(headers.get("transfer-encoding", "")).lower():
+            raise MalformedResponseError(
+                error=f"HTTP {status} to {operation_model.name} without a Content-Length"
+            )
+        return
+    body = response_dict.get("body")
+    encoded = str(headers.get("content-encoding", "identity")).lower() not in ("", "identity")
+    if isinstance(body, bytes) and not encoded and str(len(body)) != str(length).strip():
+        raise MalformedResponseError(
+            error=f"{operation_model.name} answered {len(body)} of {length} bytes"
+        )
+
+
+def check_body(data: bytes, response: Mapping[str, Any], what: str) -> bytes:
+    """``data``, the body of a GetObject ``response``, if it is as long as announced."""
+    length = response.get("ContentLength")
+    if length is not None and len(data) != length:
+        raise MalformedResponseError(error=f"{what}: {len(data)} of {length} bytes arrived")
+    return data
+
+
+def check_head(response: Mapping[str, Any], what: str) -> Mapping[str, Any]:
+    """``response`` to a HeadObject if it has the object's size and modification time."""
+    missing = [name for name in ("ContentLength", "LastModified") if name not in response]
+    if missing:
+        raise MalformedResponseError(error=f"{what}: no {' or '.join(missing)} header")
+    return response
+
+
+def check_page(page: Mapping[str, Any], bucket: str, what: str) -> Mapping[str, Any]:
+    """``page`` if it is a whole ListObjectsV2 result of ``bucket``.
+
+    Every result names its bucket and says whether it is truncated (and
+    then how to go on); every entry has a key, size and time, or a prefix.
+    An empty dict (the parse of an empty body) is none of that, and must
+    never read as "no keys".
+    """
+    contents = page.get("Contents", [])
+    prefixes = page.get("CommonPrefixes", [])
+    problem = ""
+    if "IsTruncated" not in page or page.get("Name") != bucket:
+        problem = "it is not a ListObjectsV2 result (no IsTruncated, or not of this bucket)"
+    elif page["IsTruncated"] and not page.get("NextContinuationToken"):
+        problem = "it is truncated but has no NextContinuationToken"
+    elif any(not {"Key", "Size", "LastModified"} <= set(item) for item in contents) or any(
+        "Prefix" not in entry for entry in prefixes
+    ):
+        problem = "an entry lacks its Key, Size, LastModified or Prefix"
+    if problem:
+        raise MalformedResponseError(error=f"{what}: {problem}")
+    return page
 
 
 _SESSION: boto3.session.Session | None = None
