@@ -44,10 +44,10 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from merkle.cli.common import CliError
-from merkle.cli.jsonrefusal import first_refused
+from merkle.cli.jsonrefusal import first_refused, json_rows
 from merkle.cli.sources import (
     BLOCK_SIZE,
-    Input,
+    BOM,
     ReadOptions,
     Source,
     csv_parse_options,
@@ -305,35 +305,16 @@ def _shown(value: Any) -> str:
 def _json_line(source: Source, row: int) -> bytes | None:
     """The text of the ``row``-th (1-based) non-blank line of JSON Lines ``source``
     (stdin: only within its first blocks, which are kept)."""
-    if source.path == "-":
-        lines = iter(head_bytes(source).split(b"\n"))
-        opened = None
-    else:
-        opened = Input(source.path)
-        opened.skip_bom(source.path)
-        lines = _stream_lines(opened)
     try:
-        seen = 0
-        for line in lines:
-            if line.strip():
-                seen += 1
-                if seen == row:
-                    return line.removeprefix(b"\xef\xbb\xbf")
+        if source.path == "-":
+            lines = [line for line in head_bytes(source).split(b"\n") if line.strip()]
+            return lines[row - 1].removeprefix(BOM) if row <= len(lines) else None
+        for at, line in json_rows(source.path):
+            if at == row:
+                return line
     except (pa.ArrowException, OSError):
         return None
-    finally:
-        if opened is not None:
-            opened.close()
     return None
-
-
-def _stream_lines(opened: Input) -> Iterator[bytes]:
-    carry = b""
-    while chunk := opened.stream.read(BLOCK_SIZE):
-        parts = (carry + chunk).split(b"\n")
-        carry = parts.pop()
-        yield from parts
-    yield carry
 
 
 def _too_big_member(value: Any, path: str) -> tuple[str, str] | None:
@@ -369,27 +350,14 @@ def _first_misfit_line(source: Source, schema: pa.Schema, read: int) -> tuple[in
     """The row number and text of the first JSON line after row ``read`` that ``schema``
     does not read (None: none in the next two blocks), found by halving the lines: a
     few reads by pyarrow, not one per line."""
-    opened = Input(source.path)
     lines: list[bytes] = []
-    try:
-        if source.fmt == "jsonl":
-            opened.skip_bom(source.path)
-        rows, size, carry = 0, 0, b""
-        while size < 2 * BLOCK_SIZE:
-            chunk = opened.stream.read(BLOCK_SIZE)
-            parts = (carry + chunk).split(b"\n")
-            carry = parts.pop() if chunk else b""
-            for line in parts:
-                if not line.strip():
-                    continue
-                rows += 1
-                if rows > read:
-                    lines.append(line)
-                    size += len(line)
-            if not chunk:
+    size = 0
+    for row, line in json_rows(source.path):
+        if row > read:
+            lines.append(line)
+            size += len(line)
+            if size >= 2 * BLOCK_SIZE:
                 break
-    finally:
-        opened.close()
     at = first_refused(lines, schema, unexpected="error")
     return None if at is None else (read + at + 1, lines[at])
 

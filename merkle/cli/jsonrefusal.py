@@ -9,15 +9,39 @@ read per line.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 import pyarrow as pa
 import pyarrow.json as pajson
 
-__all__ = ["first_refused", "refusal"]
+from merkle.cli.sources import BLOCK_SIZE, Input
+
+__all__ = ["first_refused", "json_rows", "refusal"]
 
 Unexpected = Literal["ignore", "error"]
+
+
+def json_rows(path: str) -> Iterator[tuple[int, bytes]]:
+    """The rows of the JSON Lines file at ``path`` read again from its start, with their
+    1-based row numbers: non-blank lines, a byte order mark skipped, read a block at a
+    time (decompressed, as the load read them)."""
+    opened = Input(path)
+    try:
+        opened.skip_bom(path)
+        row, carry = 0, b""
+        while True:
+            chunk = opened.stream.read(BLOCK_SIZE)
+            lines = (carry + chunk).split(b"\n")
+            carry = lines.pop() if chunk else b""
+            for line in lines:
+                if line.strip():  # blank lines are no rows
+                    row += 1
+                    yield row, line
+            if not chunk:
+                return
+    finally:
+        opened.close()
 
 
 def refusal(

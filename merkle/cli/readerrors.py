@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from merkle.cli.jsonrefusal import first_refused, refusal
+from merkle.cli.jsonrefusal import first_refused, json_rows, refusal
 from merkle.cli.rendered import BadValueError, example
 from merkle.cli.sources import (
     BLOCK_SIZE,
@@ -246,29 +246,38 @@ def locate_json_error(source: Source, options: ReadOptions, read: int) -> str | 
     }
     if source.fmt != "jsonl" or source.path == "-" or not types:
         return None
-    opened = Input(source.path)
-    row, carry, searched = 0, b"", 0
+    schema = pa.schema(list(types.items()))
+    block: list[bytes] = []
+    size = searched = last = 0
     try:
-        while searched <= _JSON_SEARCH:
-            data = opened.stream.read(BLOCK_SIZE)
-            lines = (carry + data).split(b"\n")
-            carry = lines.pop() if data else b""
-            rows = [line for line in lines if line.strip()]  # blank lines are no rows
-            first = row + 1
-            row += len(rows)
-            if rows and row > read:
-                block = rows[max(0, read - first + 1) :]
-                searched += sum(map(len, block))
-                at = first_refused(block, pa.schema(list(types.items())))
-                if at is not None:
-                    return _json_row(block[at], row - len(block) + at + 1, types, options)
-            if not data:
-                return None
+        for row, line in json_rows(source.path):
+            if row <= read:
+                continue
+            last = row
+            block.append(line)
+            size += len(line)
+            if size >= BLOCK_SIZE:  # a block's rows at a time
+                found = _refused_row(block, row, schema, types, options)
+                searched += size
+                if found is not None or searched > _JSON_SEARCH:
+                    return found
+                block, size = [], 0
+        return _refused_row(block, last, schema, types, options) if block else None
     except (pa.ArrowException, OSError, ValueError):
         return None
-    finally:
-        opened.close()
-    return None
+
+
+def _refused_row(
+    block: list[bytes],
+    last: int,
+    schema: pa.Schema,
+    types: Mapping[str, pa.DataType],
+    options: ReadOptions,
+) -> str | None:
+    """:func:`locate_json_error`'s message for the first refused row of ``block`` (the
+    rows up to row ``last``), or None when pyarrow reads them all."""
+    at = first_refused(block, schema)
+    return None if at is None else _json_row(block[at], last - len(block) + at + 1, types, options)
 
 
 def _refused(lines: Sequence[bytes], types: Mapping[str, pa.DataType]) -> str | None:
