@@ -200,16 +200,21 @@ OPERATIONS: dict[str, tuple[str, Callable[[S3Store], Any], tuple[str, ...]]] = {
 CASES = [(op, cut) for op, (_, _, cuts) in OPERATIONS.items() for cut in cuts]
 
 
+def _seeded(moto_endpoint: str, bucket: str, run: Callable[[S3Store], Any]) -> Any:
+    """One journal object in the lake, put directly; what ``run`` answers there uncut."""
+    with open_store(
+        f"s3://{bucket}/lake", endpoint_url=moto_endpoint, region_name="us-east-1"
+    ) as direct:
+        direct.put("refs/d/1", b"journal entry")
+        return run(direct)
+
+
 @pytest.mark.parametrize(("operation", "cut"), CASES)
 def test_a_cut_response_is_retried_not_taken_for_an_answer(
     proxy: CutProxy, moto_endpoint: str, bucket: str, operation: str, cut: str
 ) -> None:
     line, run, _ = OPERATIONS[operation]
-    with open_store(
-        f"s3://{bucket}/lake", endpoint_url=moto_endpoint, region_name="us-east-1"
-    ) as direct:
-        direct.put("refs/d/1", b"journal entry")
-        expected = run(direct)
+    expected = _seeded(moto_endpoint, bucket, run)
     with through(proxy, bucket) as store:
         proxy.arm(line.format(bucket=bucket).encode(), CUTS[cut], times=1)
         assert run(store) == expected
@@ -221,10 +226,7 @@ def test_responses_cut_on_every_attempt_are_a_storage_error(
     proxy: CutProxy, moto_endpoint: str, bucket: str, operation: str, cut: str
 ) -> None:
     line, run, _ = OPERATIONS[operation]
-    with open_store(
-        f"s3://{bucket}/lake", endpoint_url=moto_endpoint, region_name="us-east-1"
-    ) as direct:
-        direct.put("refs/d/1", b"journal entry")
+    _seeded(moto_endpoint, bucket, run)
     with through(proxy, bucket, max_attempts=2) as store:
         proxy.arm(line.format(bucket=bucket).encode(), CUTS[cut], times=2)
         with pytest.raises(StorageError, match="cut off or malformed") as caught:
