@@ -60,6 +60,7 @@ def pandas_table(
     _check_names(frame.columns, table)
     data, columns = _index_as_columns(frame, table)
     _check_kinds(data, columns, table)
+    _check_keys_present(data, key, table)
     try:
         return pa.Table.from_pandas(data, columns=columns, preserve_index=False)
     except _ARROW_FAILURES:
@@ -130,6 +131,29 @@ def _check_kinds(data: Any, columns: Sequence[Hashable], table: str) -> None:
                 f"column {_label(name)!r} of the DataFrame written to table {table!r} holds "
                 f"complex numbers ({dtype}), which Arrow has no type for: write the real and "
                 "imaginary parts as two fields (np.real, np.imag)"
+            )
+
+
+def _check_keys_present(data: Any, key: KeyLayout | None, table: str) -> None:
+    """A UsageError naming the key field and row of a missing key value (NaN, None, NaT).
+
+    Arrow reads pandas' NaN as null; a key is never null nor NaN, and the user wrote
+    NaN, so the error says so rather than report a null the frame does not show."""
+    if key is None:
+        return
+    for name in key.fields:
+        if name not in data.columns:
+            continue  # named in the error the write gives for a missing key column
+        missing = data[name].isna().to_numpy()
+        if missing.any():
+            position = int(missing.argmax())
+            value = data[name].iloc[position : position + 1].tolist()[0]
+            raise UsageError(
+                f"key field {name!r} of the DataFrame written to table {table!r} has no value "
+                f"in row {position} (index {data.index[position]!r}: "
+                f"{value!r}): NaN, None and NaT are missing values to pandas, and every record "
+                f"needs its key; drop those rows "
+                f"(df.dropna(subset=[{name!r}])) or fill them"
             )
 
 

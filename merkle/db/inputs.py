@@ -85,11 +85,20 @@ def as_arrow(
     return table_in.replace_schema_metadata(None)
 
 
-def once_readable(data: Any) -> Any:
+def once_readable(
+    data: Any,
+    schema: pa.Schema | None = None,
+    key: KeyLayout | None = None,
+    table: str = "this table",
+) -> Any:
     """``data`` in a form that can be read more than once: Arrow-like data as a pyarrow
-    Table or RecordBatch, an iterator of records as a list; anything else as it is."""
+    Table or RecordBatch, an iterator of records as a list; anything else as it is.
+
+    A DataFrame is converted as ``write`` converts it (:func:`as_arrow` with the
+    table's ``schema``, ``key`` and name), so that every call taking rows takes
+    the DataFrames ``write`` does (a map field as ``to_pandas`` gives it)."""
     if is_arrow_like(data):
-        return as_arrow(data)
+        return as_arrow(data, schema, key, table)
     if isinstance(data, Mapping | str | bytes | Sequence) or not isinstance(data, Iterable):
         return data
     return list(data)
@@ -281,7 +290,22 @@ def check_keys(keys: Any, table: str) -> list[Any]:
             f"keys for table {table!r} must be a list of keys, got the "
             f"{type(keys).__name__} {keys!r}: pass [{keys!r}] for one key"
         )
+    if _is_rows(keys):  # iterating a DataFrame gives its column names, not keys
+        raise UsageError(
+            f"keys for table {table!r} must be a list of keys, got a {type(keys).__name__} "
+            "(rows, whose iteration gives column names, not keys): pass the key column's "
+            "values, e.g. df['id'].tolist() (for a composite key, "
+            "list(df[['a', 'b']].itertuples(index=False, name=None)))"
+        )
     return list(keys)
+
+
+def _is_rows(data: Any) -> bool:
+    """Whether ``data`` is a table of rows (Arrow or a DataFrame), not a column of values
+    (a ``ChunkedArray`` or a Polars ``Series`` exports an Arrow stream too)."""
+    if isinstance(data, pa.Table | pa.RecordBatch | pa.RecordBatchReader):
+        return True
+    return hasattr(data, "__arrow_c_stream__") and hasattr(data, "columns")
 
 
 def check_table_name(name: object, *, creating: bool = False) -> str:

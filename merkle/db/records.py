@@ -133,7 +133,9 @@ class RecordOps:
 
         # Read a one-shot input (a generator, a RecordBatchReader) once, and copy the
         # records: the op keeps them for a replay, which must see the same rows.
-        rows = db_ops.snapshot(once_readable(rows))
+        # A DataFrame is converted as write converts it: with the table's types.
+        schema = state.table.root.schema
+        rows = db_ops.snapshot(once_readable(rows, schema, state.table.key, table))
         records = upserted_records(current, rows, when_matched, when_not_matched, condition, table)
         known = self._known(table, state.table)
         return self._upsert(

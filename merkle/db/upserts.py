@@ -86,7 +86,7 @@ def upserted_records(
     if condition is not None and not callable(condition):
         raise UsageError("condition must be a function (current record, new record) -> bool")
     if is_arrow_like(rows):
-        given = as_arrow(rows)
+        given = as_arrow(rows, table.root.schema, table.key, name)  # as write converts it
         if isinstance(given, pa.RecordBatch):
             given = pa.Table.from_batches([given])
         if table.root.typed:
@@ -96,7 +96,7 @@ def upserted_records(
         fix = "its records stop at microseconds: copy it into a table with a schema to keep them"
         incoming = python_rows(given, what, fix)
     else:
-        listed = as_rows(rows, table.key, name)
+        listed = as_rows(rows, table.key, name, table.root.schema)
         incoming = [dict(r) for r in listed] if isinstance(listed, list) else listed.to_pylist()
     return _records_upserted(table, incoming, matched, not_matched, condition, name)
 

@@ -45,6 +45,7 @@ from merkle.tablets.dicts import (
 from merkle.tablets.fitcolumn import fit_column
 from merkle.tablets.freeform import in_micros, python_values
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
+from merkle.tablets.keytimes import is_naive_timestamp, naive_key_values, record_key_type
 from merkle.tablets.nullness import check_inner_nulls, check_nullability
 from merkle.tablets.recordcolumn import check_kind_column, record_column
 from merkle.tablets.schema import (
@@ -352,11 +353,12 @@ def conform_records(
 
     new_fields: list[pa.Field] = []
     parts = key_array.flatten() if key.composite else [key_array]
-    for name, part in zip(key.fields, parts, strict=True):
+    for index, (name, part) in enumerate(zip(key.fields, parts, strict=True)):
         if name in known:
             fit_column(name, part, schema.field(name).type, key_of)  # range checks only
-        else:
-            new_fields.append(pa.field(name, part.type))
+        else:  # the values' type: naive datetimes make a naive field (keytimes)
+            values = [k[index] for k in keys] if key.composite else keys
+            new_fields.append(pa.field(name, record_key_type(name, part.type, values, key_of)))
     stored: dict[str, tuple[pa.Field, Any]] = {}
     for name, values in columns.items():
         if name in known:
@@ -497,6 +499,8 @@ def present_records(
         if name in key.fields:
             index = key.fields.index(name)
             values: list[Any] = [k[index] for k in keys] if key.composite else keys
+            if is_naive_timestamp(field.type):  # the codec gives UTC; the field is naive
+                values = naive_key_values(raw.column(key.column), index, key.composite)
         elif name in held:
             # Records need no dictionary encoding: the storage type gives the same values.
             column = in_micros(_restore(raw.column(name), storage_type(field.type)), name)
