@@ -18,7 +18,7 @@ commands with these decorators and helpers and is registered on the group in
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import IO, Any, TypeVar
 
@@ -33,14 +33,17 @@ __all__ = [
     "MerkleGroup",
     "commit_options",
     "connection",
+    "field_names",
     "fields_option",
     "json_option",
+    "names_text",
     "one_line",
     "open_db",
     "parse_fields",
     "parse_store_option",
     "parse_time",
     "say",
+    "split_names",
     "table_key",
     "version_options",
 ]
@@ -239,21 +242,106 @@ def json_option(name: str, help: str) -> Callable[[F], F]:
 # -- fields ------------------------------------------------------------------------
 
 
-def parse_fields(text: str | None) -> list[str] | None:
-    """``a,b`` as ``["a", "b"]`` (None when not given); empty names are a usage error."""
-    if text is None:
-        return None
-    names = [name.strip() for name in text.split(",")]
-    if not all(names):
-        raise click.BadParameter(f"{text!r} has an empty field name", param_hint="'--fields'")
+def field_names(text: str) -> list[str]:
+    """The field names of one ``a,b`` list (ValueError saying what is wrong).
+
+    Names are split on commas and stripped of the spaces around them, as they always
+    were. A name that holds a comma (or starts with a double quote, or keeps spaces at
+    its ends) is written in double quotes, as a CSV header writes it: ``'"a,b",c'`` is
+    ``a,b`` and ``c``; a quote inside is doubled (``"say ""hi"" now"``). An empty
+    name is an error.
+    """
+    names: list[str] = []
+    at, end = 0, len(text)
+    while True:
+        start = at
+        while start < end and text[start].isspace():
+            start += 1
+        if start < end and text[start] == '"':
+            name, at = _quoted_name(text, start)
+            while at < end and text[at].isspace():
+                at += 1
+            if at < end and text[at] != ",":
+                raise ValueError(
+                    f"{text!r} has {text[at]!r} after the quoted name {name!r}: "
+                    "put a comma between names"
+                )
+        else:
+            comma = text.find(",", at)
+            stop = end if comma < 0 else comma
+            name, at = text[at:stop].strip(), stop
+        if not name:
+            raise ValueError(f"{text!r} has an empty field name")
+        names.append(name)
+        if at >= end:
+            return names
+        at += 1  # past the comma
+        if at >= end:
+            raise ValueError(f"{text!r} has an empty field name")
+
+
+def _quoted_name(text: str, start: int) -> tuple[str, int]:
+    """The name quoted from ``text[start]`` (a double quote) and where after it the
+    closing quote ends; ``""`` inside stands for one quote."""
+    parts: list[str] = []
+    at = start + 1
+    while True:
+        close = text.find('"', at)
+        if close < 0:
+            raise ValueError(
+                f"{text!r} opens a quote it does not close: write a name in quotes as "
+                '"a,b" (a quote inside doubled: "say ""hi""")'
+            )
+        parts.append(text[at:close])
+        if text.startswith('"', close + 1):
+            parts.append('"')
+            at = close + 2
+            continue
+        return "".join(parts), close + 1
+
+
+def names_text(names: Sequence[str]) -> str:
+    """``names`` as a ``--fields`` list that reads back as them (:func:`field_names`): a
+    name quoted when it holds a comma, starts with a quote or has spaces at its ends."""
+
+    def written(name: str) -> str:
+        plain = "," not in name and not name.startswith('"') and name == name.strip()
+        return name if plain and name else '"' + name.replace('"', '""') + '"'
+
+    return ", ".join(written(name) for name in names)
+
+
+def split_names(values: Sequence[str], option: str) -> list[str]:
+    """Field names given as ``a,b``, by repeating the option, or both (a name with a
+    comma in double quotes: :func:`field_names`); CliError naming ``option``."""
+    try:
+        names = [name for text in values for name in field_names(text)]
+    except ValueError as exc:
+        raise CliError(f"{option} {exc}") from None
+    if not names:
+        raise CliError(f"{option} {','.join(values)!r} has an empty field name")
     return names
+
+
+def parse_fields(texts: Sequence[str] | str | None) -> list[str] | None:
+    """The names of ``--fields`` (repeatable, each ``a,b`` as :func:`field_names` reads
+    it) in order; None when not given. A name that does not parse is a usage error."""
+    if texts is None or isinstance(texts, str):
+        texts = () if texts is None else (texts,)
+    if not texts:
+        return None
+    try:
+        return [name for text in texts for name in field_names(text)]
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--fields'") from None
 
 
 def fields_option(fn: F) -> F:
     """``--fields a,b``: project records to these fields (the key field is always shown)."""
     return click.option(
         "--fields",
-        default=None,
+        multiple=True,
         metavar="A,B,...",
-        help="Only these fields (comma-separated); the key field is always included.",
+        help="Only these fields (comma-separated, or the option repeated; a name with a "
+        "comma in double quotes: '\"a,b\"'); the key field is always included.",
     )(fn)

@@ -12,12 +12,14 @@ load is an error unless ``--on-duplicate first|last`` says which row wins
 type for, written by ``merkle scan`` as text (hex bytes, ISO-8601 times,
 durations, ``"NaN"``), are read back by the type the table (or
 ``--column-types``) gives their field (``merkle.cli.rendered``), so that an
-export loads back as the records it came from.
+export loads back as the records it came from. When another commit creates
+the table while this load creates it too, the load is written into that table
+if it has the load's key (as ``Database.commit`` replays a write on a moved
+head), and is a one-line error naming the table's key if not.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from dataclasses import replace
@@ -27,8 +29,17 @@ import click
 import pyarrow as pa
 
 from merkle.cli.advice import for_cli
-from merkle.cli.common import CliError, commit_options, open_db, say, table_key
+from merkle.cli.common import (
+    CliError,
+    commit_options,
+    names_text,
+    open_db,
+    say,
+    split_names,
+    table_key,
+)
 from merkle.cli.inferred import check_inferred, explain_later
+from merkle.cli.output import cell
 from merkle.cli.readerrors import bad_value, read_error
 from merkle.cli.rendered import BadValueError, is_binary, needs_converting
 from merkle.cli.sources import (
@@ -42,7 +53,7 @@ from merkle.cli.sources import (
     peek_types,
     read_batches,
 )
-from merkle.errors import MerkleError
+from merkle.errors import ConflictError, MerkleError
 from merkle.tablets.keys import key_codec as codec_of
 from merkle.tablets.schema import is_free
 
@@ -127,7 +138,8 @@ class _Duplicates:
                 continue
             if self.policy == "error":
                 raise CliError(
-                    f"{path}: row {first_row + i}: key {value!r} was already read at {where}; "
+                    f"{path}: row {first_row + i}: key {_shown(value)} was already read at "
+                    f"{where}; "
                     "a load writes each key once: pass --on-duplicate first or last to choose "
                     "which row wins"
                 )
@@ -261,9 +273,7 @@ def load(
     formats = [detect_format(path, fmt) for path in files]
     for path, f in zip(files, formats, strict=True):
         check_content(path, f)
-    key = [name.strip() for text in keys for name in text.split(",")]
-    if any(not name for name in key):
-        raise CliError(f"--key {','.join(keys)!r} has an empty field name")
+    key = split_names(keys, "--key") if keys else []
     database = open_db(db)
     base_version = database.version
     created = table not in database.list_tables()
@@ -294,6 +304,10 @@ def load(
         for path, f in zip(files, formats, strict=True)
     ]
     duplicates = _Duplicates(on_duplicate, key_fields)
+    # The batches written into a table this load creates: a concurrent load that creates
+    # it first makes the commit fail, and they are then written into that table (the
+    # transaction holds them until it commits anyway).
+    written: list[pa.RecordBatch] | None = [] if created else None
     rows = 0
     with _Progress(sum(s.size for s in sources)) as progress:
         before = 0
@@ -312,6 +326,8 @@ def load(
                     kept = duplicates.filter(batch, source.path, read + 1)
                     if kept.num_rows:
                         database = database.write(table, kept)
+                        if written is not None:
+                            written.append(kept)
                     read += batch.num_rows
                     progress.advance(batch.num_rows, before + source.consumed(read))
             except BadValueError as exc:
@@ -331,10 +347,19 @@ def load(
     if not database.dirty:
         say(f"nothing to load into {db}.{table}: the files hold no rows")
         return
-    done = database.commit(
-        message=message or f"load {rows} rows into {table} from {_describe_files(files)}",
-        author=author,
-    )
+    message = message or f"load {rows} rows into {table} from {_describe_files(files)}"
+    note = ""
+    try:
+        done = database.commit(message=message, author=author)
+    except ConflictError:
+        if written is None:
+            raise
+        base = open_db(db)
+        if table not in base.list_tables():
+            raise  # not a table created meanwhile: the conflict as the API words it
+        done = _into_created(base, db, table, key_fields, key_codec, written, message, author)
+        base_version, created = base.version, False
+        note = f"; {db}.{table} was created meanwhile by another commit (version {base.version})"
     if done.version == base_version and not created:
         say(
             f"no change: {db}.{table} already holds these {rows:,} rows "
@@ -342,13 +367,54 @@ def load(
         )
         return
     dropped = duplicates.dropped
-    note = ""
     if dropped:
         winner = "first" if on_duplicate == "first" else "last"
-        note = (
+        note += (
             f"; {dropped:,} rows repeated a key and were dropped (the {winner} row of each key won)"
         )
     say(f"loaded {rows - dropped:,} rows into {db}.{table} (version {done.version}){note}")
+
+
+def _into_created(
+    base: Any,
+    db: str,
+    table: str,
+    key: list[str],
+    key_codec: str | None,
+    batches: list[pa.RecordBatch],
+    message: str,
+    author: str | None,
+) -> Any:
+    """The load's ``batches`` written into ``table`` as another commit created it while
+    this load created it too (``base``: the new head), and committed: the load is
+    replayed, as ``Database.commit`` replays a write on a moved head, when the table
+    has the key (and key codec) the load has; a CliError naming the table's key if not.
+    """
+    fields, spec = table_key(base, table)
+    meanwhile = (
+        f"table {table!r} was created in database {db!r} by another commit (version "
+        f"{base.version}) while this load created it"
+    )
+    if fields != key:
+        raise CliError(
+            f"{meanwhile}, keyed by {_show(fields)}, not {_show(key)}: nothing was loaded; "
+            f"load into it with --key {names_text(fields)}, or into another table"
+        )
+    if key_codec is not None and spec is not None and codec_of(key_codec).spec != spec:
+        raise CliError(
+            f"{meanwhile}, with key codec {spec}, not {codec_of(key_codec).spec}: nothing "
+            f"was loaded; load into it without --key-codec, or into another table"
+        )
+    database = base
+    try:
+        for batch in batches:
+            database = database.write(table, batch)
+    except MerkleError as exc:
+        raise CliError(
+            f"{meanwhile}, and these rows do not fit it: {for_cli(str(exc), db, table)}; "
+            "nothing was loaded"
+        ) from None
+    return database.commit(message=message, author=author)
 
 
 def _read_options(
@@ -412,6 +478,10 @@ def _show(fields: list[str]) -> str:
     return repr(fields[0]) if len(fields) == 1 else repr(fields)
 
 
-def _shown(value: Any) -> str:
-    text = json.dumps(value, default=str)
+def _shown(key: Any) -> str:
+    """A key read from a file as the CLI prints keys (``merkle.cli.output.cell``, as
+    ``merkle scan`` and ``merkle get`` do: a timestamp in ISO-8601, bytes in hex, a
+    composite key as a JSON array), so that it can be pasted into ``merkle get``;
+    cut to 60 characters."""
+    text = cell(key)
     return text if len(text) <= 60 else text[:57] + "..."

@@ -24,7 +24,10 @@ ISO-8601, tuples (and sets) as arrays, NaN and infinities as the strings
 their ``str``; a mapping as an object keyed by its keys' text, or, when two
 keys have the same text, as a list of ``[key, value]`` pairs. In ``table``
 and ``csv`` cells a string is shown as it is, null/absent as an empty cell,
-and every other value as its compact JSON. In ``csv`` an empty string is a
+and every other value as its compact JSON; ``table`` alone then escapes the
+control characters of cells and field names as Python writes them (``\\n``,
+``\\t``, ``\\x1b``, ``\\u2028``), so that no value breaks its lines or acts on
+the terminal. In ``csv`` an empty string is a
 quoted empty field (``""``), so that a reader that tells the two apart
 (PostgreSQL's COPY; DuckDB with ``allow_quoted_nulls=false``) reads back what
 was stored.
@@ -39,6 +42,7 @@ import datetime
 import decimal
 import json
 import math
+import re
 import sys
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
@@ -183,9 +187,30 @@ def _pad(text: str, width: int, right: bool) -> str:
     return fill + text if right else text + fill
 
 
+#: What a terminal would act on instead of showing: the C0 and C1 control characters
+#: (line breaks, tab, escape, bell, NEL, ...) and the Unicode line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def _shown(text: str) -> str:
+    """``text`` for a ``table`` line: each control character escaped as Python writes it
+    (``\\n``, ``\\t``, ``\\x1b``, ``\\u2028``), so that a line break or an escape sequence in
+    a value or a field name cannot break the layout or act on the terminal. Only here:
+    ``json``, ``jsonl`` and ``csv`` write values exactly."""
+    return _CONTROL.sub(_escape, text)
+
+
 def _table_cell(value: Any) -> str:
-    text = cell(value)
-    return text.replace("\r", "\\r").replace("\n", "\\n").replace("\t", "\\t")
+    return _shown(cell(value))
 
 
 def _is_number(value: Any) -> bool:
@@ -195,12 +220,13 @@ def _is_number(value: Any) -> bool:
 def _write_table(out: IO[str], rows: Sequence[Mapping[str, Any]], columns: list[str]) -> None:
     if not columns:
         return
+    names = [_shown(name) for name in columns]
     cells = [[_table_cell(row.get(name)) for name in columns] for row in rows]
     if not holds_unicode(out):  # escaped here, so that the columns line up as printed
         encoding: str = getattr(out, "encoding", None) or "ascii"
-        cells = [
+        names, *cells = [
             [text.encode(encoding, "backslashreplace").decode(encoding) for text in line]
-            for line in cells
+            for line in (names, *cells)
         ]
     right = [
         any(_is_number(row.get(name)) for row in rows)
@@ -208,10 +234,10 @@ def _write_table(out: IO[str], rows: Sequence[Mapping[str, Any]], columns: list[
         for name in columns
     ]
     widths = [
-        max([_width(name), *(_width(line[i]) for line in cells)]) for i, name in enumerate(columns)
+        max([_width(name), *(_width(line[i]) for line in cells)]) for i, name in enumerate(names)
     ]
     lines = [
-        [_pad(name, widths[i], right[i]) for i, name in enumerate(columns)],
+        [_pad(name, widths[i], right[i]) for i, name in enumerate(names)],
         ["-" * width for width in widths],
         *([_pad(text, widths[i], right[i]) for i, text in enumerate(line)] for line in cells),
     ]
@@ -289,7 +315,7 @@ def emit_record(
     if fmt == "json":
         out.write(to_json(record, indent=2, ascii=not holds_unicode(out)) + "\n")
     elif fmt == "table":
-        names = [str(name) for name in record]
+        names = [_shown(str(name)) for name in record]
         width = max((_width(name) for name in names), default=0)
         for name, value in zip(names, record.values(), strict=True):
             out.write(f"{_pad(name, width, False)}  {_table_cell(value)}".rstrip() + "\n")

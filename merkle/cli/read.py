@@ -11,6 +11,7 @@ import click
 from merkle.cli.common import (
     CliError,
     fields_option,
+    names_text,
     open_db,
     parse_fields,
     version_options,
@@ -33,7 +34,7 @@ def _table_key(
         known = [] if info["schema"] is None else info["schema"].names
         unknown = [name for name in names if name not in known]
         if unknown:
-            listed = ", ".join(known) if known else "none yet"
+            listed = names_text(known) if known else "none yet"
             raise CliError(
                 f"--fields: table {db}.{table} has no field {unknown[0]!r}; its fields: {listed}"
             )
@@ -65,7 +66,7 @@ def scan(
     table: str,
     from_key: str | None,
     to_key: str | None,
-    fields: str | None,
+    fields: tuple[str, ...],
     offset: int | None,
     limit: int | None,
     reverse: bool,
@@ -145,7 +146,7 @@ def get(
     db: str,
     table: str,
     keys: tuple[str, ...],
-    fields: str | None,
+    fields: tuple[str, ...],
     version: int | None,
     at: datetime | None,
     fmt: str | None,

@@ -10,7 +10,6 @@ which row the block began.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -29,6 +28,7 @@ from merkle.cli.sources import (
     csv_parse_options,
     csv_reader,
 )
+from merkle.cli.typedjson import json_line
 
 __all__ = ["bad_value", "locate_json_error", "read_error"]
 
@@ -291,7 +291,7 @@ def _json_row(line: bytes, row: int, types: Mapping[str, pa.DataType], options: 
     """What is wrong with the JSON Lines ``line`` (row ``row``): the field, key and
     value refused, or pyarrow's reason when no one field is."""
     try:
-        record = json.loads(line)
+        record = json_line(line)
     except ValueError:
         record = None
     if isinstance(record, dict):

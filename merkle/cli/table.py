@@ -13,9 +13,11 @@ from merkle.cli.common import (
     CliError,
     MerkleGroup,
     commit_options,
+    field_names,
     json_option,
     open_db,
     say,
+    split_names,
     version_options,
 )
 from merkle.cli.output import emit_record, emit_rows, format_option
@@ -43,8 +45,11 @@ def list_tables(db: str, version: int | None, at: datetime | None, fmt: str | No
 def parse_family(text: str) -> tuple[str, list[str]]:
     """``name=a,b`` of ``--family`` as ``("name", ["a", "b"])``."""
     name, sep, fields = text.partition("=")
-    members = [field.strip() for field in fields.split(",")]
-    if not sep or not name.strip() or not all(members):
+    try:
+        members = field_names(fields)  # a member with a comma in double quotes
+    except ValueError:
+        members = []
+    if not sep or not name.strip() or not members:
         raise click.BadParameter(
             f"{text!r} is not NAME=FIELD,FIELD,... (for example items=sku,qty)",
             param_hint="'--family'",
@@ -197,14 +202,6 @@ def show_schema(schema: pa.Schema | None) -> list[str] | None:
         else f"{f.name}: {f.type}{'' if f.nullable else ' not null'}"
         for f in schema
     ]
-
-
-def split_names(values: tuple[str, ...], option: str) -> list[str]:
-    """Field names given as ``a,b`` or by repeating the option."""
-    names = [n.strip() for text in values for n in text.split(",")]
-    if not names or not all(names):
-        raise CliError(f"{option} {','.join(values)!r} has an empty field name")
-    return names
 
 
 @table.command("alter")

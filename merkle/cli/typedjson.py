@@ -21,15 +21,52 @@ block, as its streaming reader keeps them.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.json as pajson
 
-from merkle.cli.rendered import BadValueError, from_rendered, typed_array, typed_column
+from merkle.cli.rendered import (
+    BadValueError,
+    beyond_range,
+    from_rendered,
+    typed_array,
+    typed_column,
+)
 
-__all__ = ["read_typed_json"]
+__all__ = ["json_line", "read_typed_json"]
+
+
+class _Overflowed(float):
+    """A JSON number beyond float64 (``1e400``): Infinity, as ``json`` decodes it, that
+    keeps the text it was written as; its ``repr`` is that text, so that the message
+    refusing it quotes what the file holds, not ``inf``."""
+
+    text: str
+
+    def __new__(cls, text: str) -> _Overflowed:
+        number = super().__new__(cls, text)
+        number.text = text
+        return number
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+
+def _number(text: str) -> float:
+    """A JSON number with a fraction or exponent: a float, or :class:`_Overflowed`."""
+    number = float(text)
+    return _Overflowed(text) if math.isinf(number) else number
+
+
+def json_line(line: bytes | str) -> Any:
+    """One JSON Lines line decoded (JSONDecodeError if it is not JSON), a number beyond
+    float64 kept with its literal (:class:`_Overflowed`) for the messages."""
+    return json.loads(line, parse_float=_number)
 
 
 def _fast_type(kind: pa.DataType) -> pa.DataType | None:
@@ -133,7 +170,7 @@ def _line_by_line(
             continue
         shown = line.decode("utf-8", "replace")
         try:
-            record = json.loads(line)
+            record = json_line(line)
         except json.JSONDecodeError as exc:
             problem = f"is not JSON ({exc.msg} at character {exc.pos + 1})"
             raise BadValueError(problem, shown, len(records)) from None
@@ -144,6 +181,7 @@ def _line_by_line(
     rest = [name for name in names if name not in typed]
     columns: dict[str, pa.Array] = {}
     if rest:
+        _refuse_overflowed(records, rest, key_fields)
         text = "\n".join(json.dumps({n: r[n] for n in rest if n in r}) for r in records)
         others = _read(text.encode(), {n: plain[n] for n in rest if n in plain})
         columns = {name: others.column(name) for name in rest}
@@ -157,6 +195,42 @@ def _line_by_line(
                     exc.key = key[0] if len(key) == 1 else tuple(key)
                 raise
     return pa.RecordBatch.from_arrays([columns[name] for name in names], names=names)
+
+
+def _refuse_overflowed(
+    records: list[dict[str, Any]], names: Sequence[str], key_fields: Sequence[str]
+) -> None:
+    """BadValueError for the first number beyond float64 in the fields ``names`` of
+    ``records``, which pyarrow reads from the text here (``json.dumps`` writes it as
+    ``Infinity``) and would store as Infinity without a word: pyarrow's own reading of
+    a file refuses it (``merkle.cli.sources``), and so does this one. The message
+    names the member (``field 'a.b'``) and the number as written."""
+    for row, record in enumerate(records):
+        for name in names:
+            found = _overflowed_member(record.get(name), name)
+            if found is not None:
+                exc = beyond_range(pa.float64(), found[1], row)
+                exc.field = found[0]
+                key = [record.get(field) for field in key_fields]
+                exc.key = key[0] if len(key) == 1 else tuple(key)
+                raise exc
+
+
+def _overflowed_member(value: Any, path: str) -> tuple[str, _Overflowed] | None:
+    """The dotted path and the first :class:`_Overflowed` number in a decoded JSON
+    ``value`` (a list's items are its field's values), or None."""
+    if isinstance(value, _Overflowed):
+        return path, value
+    items: list[tuple[str, Any]] = []
+    if isinstance(value, dict):
+        items = [(f"{path}.{name}", item) for name, item in value.items()]
+    elif isinstance(value, list):
+        items = [(path, item) for item in value]
+    for inner, item in items:
+        found = _overflowed_member(item, inner)
+        if found is not None:
+            return found
+    return None
 
 
 def _typed(records: list[dict[str, Any]], name: str, kind: pa.DataType) -> pa.Array:

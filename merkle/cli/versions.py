@@ -38,7 +38,10 @@ __all__ = ["COMMANDS", "diff", "export", "import_", "merge", "pull", "push", "ta
 @click.argument("v2", type=click.IntRange(min=0), required=False)
 @click.option("--table", "-t", default=None, help="Only this table.")
 @click.option(
-    "--fields", default=None, metavar="A,B,...", help="Compare and show only these fields."
+    "--fields",
+    multiple=True,
+    metavar="A,B,...",
+    help="Compare and show only these fields (as scan's --fields).",
 )
 @click.option("--stat", is_flag=True, help="Only the counts per table, not the records.")
 @format_option
@@ -47,7 +50,7 @@ def diff(
     v1: int | None,
     v2: int | None,
     table: str | None,
-    fields: str | None,
+    fields: tuple[str, ...],
     stat: bool,
     fmt: str | None,
 ) -> None:
