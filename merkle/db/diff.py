@@ -19,6 +19,7 @@ import pyarrow as pa
 from merkle.errors import NotFoundError, UsageError
 from merkle.lazy import compute as pc
 from merkle.tablets.diff import ChangeCounts, ChangeSet, count_changes, diff_tables
+from merkle.tablets.keytimes import key_field_types, typed_key_column
 from merkle.tablets.rows import SortedRows
 from merkle.tablets.segment import concat_segments
 from merkle.tablets.table import Table
@@ -139,16 +140,29 @@ class TableDiff:
         """
         for change in self.change_sets():
             key_field = self._key_field_of(change)
-            yield change_batch(change, key_field, self._key_names(key_field))
+            yield change_batch(
+                change, key_field, self._key_names(key_field), self._key_types(key_field)
+            )
+
+    def _keyed(self, key_field: str) -> Table | None:
+        """The version whose stored key column is ``key_field`` (the new one first)."""
+        for table in (self.new, self.old):
+            if table is not None and table.root.key_field == key_field:
+                return table
+        return None
 
     def _key_names(self, key_field: str) -> tuple[str, ...] | None:
         """The names of a composite key's fields, where ``key_field`` is its stored column
         (whose struct fields are named by position), else None."""
-        for table in (self.new, self.old):
-            if table is not None and table.root.key_field == key_field:
-                fields = table.root.key_fields
-                return tuple(fields) if len(fields) > 1 else None
-        return None
+        table = self._keyed(key_field)
+        if table is None or len(table.root.key_fields) < 2:
+            return None
+        return tuple(table.root.key_fields)
+
+    def _key_types(self, key_field: str) -> tuple[pa.DataType | None, ...] | None:
+        """The types of the key fields stored in ``key_field`` (:func:`key_field_types`)."""
+        table = self._keyed(key_field)
+        return None if table is None else key_field_types(table.root.key_fields, table.schema)
 
     def _key_field_of(self, change: ChangeSet) -> str:
         for rows in (change.inserted, change.deleted, change.updated_new):
@@ -222,10 +236,15 @@ def _struct(rows: pa.Table, key_field: str, nulls_before: int, nulls_after: int)
 
 
 def change_batch(
-    change: ChangeSet, key_field: str, key_names: Sequence[str] | None = None
+    change: ChangeSet,
+    key_field: str,
+    key_names: Sequence[str] | None = None,
+    key_types: Sequence[pa.DataType | None] | None = None,
 ) -> pa.RecordBatch:
     """One change set as a record batch in key order (see the module doc); a composite
-    key is a struct of its fields under their names (``key_names``), as records show it."""
+    key is a struct of its fields under their names (``key_names``), as records show it,
+    and a timestamp key field is of its type in ``key_types`` (naive or zoned, its unit),
+    as ``to_arrow`` gives it, not the codec's stored ``timestamp[us, tz=UTC]``."""
     deleted, updated_old = change.deleted, change.updated_old
     updated_new, inserted = change.updated_new, change.inserted
     nd, nu, ni = len(deleted), len(updated_new), len(inserted)
@@ -245,6 +264,8 @@ def change_batch(
     named = key_names is not None and pa.types.is_struct(key.type)
     if named and key_names is not None and key.type.num_fields == len(key_names):
         key = pa.StructArray.from_arrays(key.flatten(), names=list(key_names))
+    if key_types is not None:
+        key = typed_key_column(key, key_types)
     kinds = pa.array(
         [CHANGE_DELETE] * nd + [CHANGE_UPDATE] * nu + [CHANGE_INSERT] * ni, type=pa.string()
     )

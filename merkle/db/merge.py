@@ -244,7 +244,7 @@ class _Merge:
             if self.resolve == "theirs":
                 taken_up, taken_del = merge.theirs_win()
             elif callable(self.resolve):
-                for conflict in merge.conflict_records(o if o.root.key_codec else t):
+                for conflict in merge.conflict_records(b, o, t):
                     chosen = check_resolved(
                         self.resolve({"table": name, **conflict}), conflict["key"], o.key, name
                     )

@@ -18,8 +18,9 @@ from merkle.lazy import compute as pc
 from merkle.tablets.conform import KeyLayout
 from merkle.tablets.diff import diff_tables, rows_equal
 from merkle.tablets.keyindex import combine
+from merkle.tablets.keytimes import key_field_types, record_keys, typed_key_column
 from merkle.tablets.rows import SortedRows
-from merkle.tablets.segment import arrow_to_records, concat_segments
+from merkle.tablets.segment import concat_segments
 from merkle.tablets.table import Table
 
 __all__ = ["TableMerge", "key_fields"]
@@ -89,6 +90,9 @@ class TableMerge:
     def __init__(self, base: Table | None, ours: Table, theirs: Table) -> None:
         self.key_field = ours.root.key_field
         self.key_names = ours.root.key_fields
+        # The key fields' types (naive or zoned timestamps): from a side that holds them.
+        schema = ours.root.schema if ours.root.key_codec else theirs.root.schema
+        self.key_types = key_field_types(self.key_names, schema)
         empty = _empty_rows(ours if ours.root.key_codec else theirs)
         self.ours = _changes(base, ours, empty)
         self.theirs = _changes(base, theirs, empty)
@@ -141,51 +145,57 @@ class TableMerge:
         return pa.table(columns)
 
     def named_conflicts(self) -> pa.Table:
-        """:meth:`conflict_table` with a composite key as a struct of its fields under
-        their names (stored, they are named by position), as records show them."""
+        """:meth:`conflict_table` with the key as records and ``to_arrow`` show it: a
+        composite key a struct of its fields under their names (stored, they are named
+        by position), each timestamp key field of its type (naive or zoned, its unit)."""
         table = self.conflict_table()
         key = table.column("key").combine_chunks()
         names = list(self.key_names)
         if len(names) > 1 and pa.types.is_struct(key.type) and key.type.num_fields == len(names):
-            named = pa.StructArray.from_arrays(key.flatten(), names=names)
-            table = table.set_column(0, "key", named)
-        return table
+            key = pa.StructArray.from_arrays(key.flatten(), names=names)
+        return table.set_column(0, "key", typed_key_column(key, self.key_types))
 
-    def conflict_records(self, codec_table: Table) -> list[dict[str, Any]]:
-        """The conflicts as dicts for a callable resolver."""
-        codec = codec_table.codec
+    def conflict_records(
+        self, base: Table | None, ours: Table, theirs: Table
+    ) -> list[dict[str, Any]]:
+        """The conflicts as dicts ``{base, ours, theirs, key}`` for a callable resolver.
+
+        Each side's record is as ``scan`` of that side shows it (through its table's
+        schema: a composite key's fields each a field, a naive timestamp key naive, a
+        zoned field in its zone), and ``key`` as those records hold it."""
+        keyed = ours if ours.root.key_codec else theirs
+        codec = keyed.codec
         assert codec is not None
         table = self.conflict_table()
-        out = []
-        for i in range(table.num_rows):
-            rec: dict[str, Any] = {}
-            for side in ("base", "ours", "theirs"):
-                cell = table.column(side)[i]
-                rec[side] = (
-                    None
-                    if not cell.is_valid
-                    else self._record(table, side, i, codec, codec_table.key)
-                )
-            rec["key"] = codec.to_python(table.column("key").slice(i, 1))[0]
-            out.append(rec)
+        key = table.column("key")
+        keys = record_keys(key, codec, self.key_types)
+        out: list[dict[str, Any]] = [{} for _ in keys]
+        for side, owner in (("base", base), ("ours", ours), ("theirs", theirs)):
+            struct = table.column(side).combine_chunks()
+            assert isinstance(struct, pa.StructArray)
+            held = struct.is_valid()
+            rows = pa.table(
+                [key.filter(held), *(struct.field(f.name).filter(held) for f in struct.type)],
+                schema=pa.schema([pa.field(self.key_field, key.type), *list(struct.type)]),
+            )
+            reader = owner if owner is not None and owner.codec is not None else keyed
+            records = iter(self._side_records(reader, rows))
+            for rec, present in zip(out, held.to_pylist(), strict=True):
+                rec[side] = next(records) if present else None
+        for rec, value in zip(out, keys, strict=True):
+            rec["key"] = value
         return out
 
-    def _record(
-        self, table: pa.Table, side: str, i: int, codec: Any, layout: KeyLayout
-    ) -> dict[str, Any]:
-        """One side's record of conflict ``i`` as scan shows it: the key fields each a
-        field (a composite key's internal struct column split into its fields)."""
-        struct = table.column(side).combine_chunks().slice(i, 1)
-        assert isinstance(struct, pa.StructArray)
-        row = pa.table(
-            {self.key_field: table.column("key").slice(i, 1)}
-            | {f.name: struct.field(f.name) for f in struct.type},
-            schema=pa.schema(
-                [pa.field(self.key_field, table.column("key").type), *list(struct.type)]
-            ),
-        )
-        record = arrow_to_records(row, key_field=self.key_field, codec=codec)[0]
-        return {**key_fields(layout, record.pop(self.key_field)), **record}
+    def _side_records(self, table: Table, rows: pa.Table) -> list[dict[str, Any]]:
+        """One side's stored rows as records of ``table``, a composite key's fields each a
+        field (a table without a schema gives its stored key column: split here)."""
+        records = table.records(rows)
+        if len(self.key_names) == 1:
+            return records
+        return [
+            {**key_fields(table.key, r.pop(self.key_field)), **r} if self.key_field in r else r
+            for r in records
+        ]
 
 
 def key_fields(layout: KeyLayout, key: Any) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pyarrow as pa
 from merkle.blocks.cid import CID
 from merkle.errors import MerkleError, NotFoundError, UsageError
 from merkle.tablets.keys import infer_key_codec_arrow
+from merkle.tablets.keytimes import key_field_types, record_key
 from merkle.tablets.schema import composite_column
 from merkle.tablets.segment import arrow_to_records
 from merkle.tablets.store import TableStore
@@ -43,8 +44,12 @@ def describe_table(ts: TableStore, table: Table, name: str) -> dict[str, Any]:
 
 
 def list_tablets(table: Table) -> list[dict[str, Any]]:
-    """The tablets of the merged area in key order: id, count, size, start and end keys."""
+    """The tablets of the merged area in key order: id, count, size, start and end keys.
+
+    The keys are as ``scan`` gives them (a naive timestamp key field's naive), not as
+    the codec decodes them (UTC-aware): a bound is compared with the keys of records."""
     codec = table.codec
+    kinds = key_field_types(table.root.key_fields, table.root.schema)
     out = []
     for ref in table.tablets():
         assert codec is not None
@@ -53,8 +58,8 @@ def list_tablets(table: Table) -> list[dict[str, Any]]:
                 "id": str(ref.cid),
                 "count": ref.count,
                 "size": ref.size,
-                "start": codec.decode(ref.first_key),
-                "end": codec.decode(ref.last_key),
+                "start": record_key(codec.decode(ref.first_key), kinds),
+                "end": record_key(codec.decode(ref.last_key), kinds),
             }
         )
     return out

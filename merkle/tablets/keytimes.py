@@ -9,6 +9,13 @@ in any other field does (:func:`record_key_type`). Reads give the field's
 type back: ``to_arrow`` casts to it, and records of a naive key field hold
 naive datetimes (:func:`naive_key_values`), the values that were written.
 
+Every other output of keys follows the same field types, so that a key reads
+as ``scan`` gives it wherever it shows: a decoded key (a tablet's bounds,
+:func:`record_key`), a stored key column read as records (a merge conflict,
+:func:`record_keys`) or as Arrow (a diff or a conflict table,
+:func:`typed_key_column`, which gives each timestamp key field its own unit
+and zone, as ``to_arrow`` does).
+
 Records whose first write mixes naive and aware key datetimes are a
 SchemaError, as such values are in any other new field. A table whose key
 field is already UTC (every table written from records before) keeps it.
@@ -18,7 +25,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -26,7 +33,18 @@ from merkle.errors import SchemaError
 from merkle.lazy import compute as pc
 from merkle.tablets.schema import show_value
 
-__all__ = ["is_naive_timestamp", "naive_key_values", "record_key_type"]
+if TYPE_CHECKING:
+    from merkle.tablets.keycodec import KeyCodec
+
+__all__ = [
+    "is_naive_timestamp",
+    "key_field_types",
+    "naive_key_values",
+    "record_key",
+    "record_key_type",
+    "record_keys",
+    "typed_key_column",
+]
 
 
 def is_naive_timestamp(kind: pa.DataType) -> bool:
@@ -75,3 +93,77 @@ def naive_key_values(column: Any, index: int, composite: bool) -> list[Any]:
     part = pc.struct_field(column, [index]) if composite else column
     values: list[Any] = pc.cast(part, pa.timestamp("us")).to_pylist()
     return values
+
+
+def key_field_types(
+    fields: Sequence[str], schema: pa.Schema | None
+) -> tuple[pa.DataType | None, ...]:
+    """The types of the key ``fields`` in ``schema``; None for a field it does not hold
+    (a table never written, or one written before schemas: its keys are as stored)."""
+    names = set(schema.names) if schema is not None else set()
+    return tuple(
+        schema.field(name).type if schema is not None and name in names else None for name in fields
+    )
+
+
+def record_key(key: Any, kinds: Sequence[pa.DataType | None]) -> Any:
+    """A decoded key (``codec.decode``: UTC-aware datetimes) as records give it: the part
+    of each naive timestamp key field of ``kinds`` (:func:`key_field_types`) naive, its
+    UTC wall time, as :func:`naive_key_values` gives it. One key at a time: for the few
+    keys decoded from bytes (a tablet's first and last key)."""
+    if len(kinds) == 1:
+        return _naive(key) if kinds[0] is not None and is_naive_timestamp(kinds[0]) else key
+    if not any(kind is not None and is_naive_timestamp(kind) for kind in kinds):
+        return key
+    return tuple(
+        _naive(part) if kind is not None and is_naive_timestamp(kind) else part
+        for part, kind in zip(key, kinds, strict=True)
+    )
+
+
+def _naive(value: Any) -> Any:
+    """A UTC-aware datetime as its naive UTC wall time (anything else as it is)."""
+    if isinstance(value, datetime.datetime) and value.utcoffset() is not None:
+        return value.astimezone(datetime.UTC).replace(tzinfo=None)
+    return value
+
+
+def record_keys(column: Any, codec: KeyCodec, kinds: Sequence[pa.DataType | None]) -> list[Any]:
+    """The keys of a stored key ``column`` as records give them (``codec.to_python``, with
+    each naive timestamp key field of ``kinds`` read by :func:`naive_key_values`)."""
+    keys = codec.to_python(column)
+    naive = [i for i, kind in enumerate(kinds) if kind is not None and is_naive_timestamp(kind)]
+    if not naive:
+        return keys
+    if len(kinds) == 1:
+        return naive_key_values(column, 0, composite=False)
+    parts = {i: naive_key_values(column, i, composite=True) for i in naive}
+    return [
+        tuple(parts[i][row] if i in parts else part for i, part in enumerate(key))
+        for row, key in enumerate(keys)
+    ]
+
+
+def typed_key_column(column: pa.Array, kinds: Sequence[pa.DataType | None]) -> pa.Array:
+    """A stored key ``column`` (a composite key's struct, children in key order) with
+    each timestamp key field as its type in ``kinds``: naive or zoned, in its unit, as
+    ``to_arrow`` gives the field (the codec stores ``timestamp[us, tz=UTC]``).
+
+    The cast is exact: every stored key was written from a value of the field's type
+    (a value the type would cut is refused on write), so a safe cast cannot fail."""
+    if len(kinds) == 1:
+        return _as_timestamp(column, kinds[0])
+    if not pa.types.is_struct(column.type) or column.type.num_fields != len(kinds):
+        return column
+    parts = [_as_timestamp(pc.struct_field(column, [i]), kind) for i, kind in enumerate(kinds)]
+    if all(part.type == column.type.field(i).type for i, part in enumerate(parts)):
+        return column
+    names = [column.type.field(i).name for i in range(len(kinds))]
+    return pa.StructArray.from_arrays(parts, names=names)
+
+
+def _as_timestamp(part: pa.Array, kind: pa.DataType | None) -> pa.Array:
+    """``part`` as the timestamp type ``kind`` (other types as stored)."""
+    if kind is None or not pa.types.is_timestamp(kind) or not pa.types.is_timestamp(part.type):
+        return part
+    return part if part.type == kind else part.cast(kind)
