@@ -51,6 +51,7 @@ def main() -> None:
     db = conn.create_db("shop", metadata={"owner": "demo"})
     db = db.create_table("orders", key="order_id")
     db = db.write("orders", orders(args.rows)).commit(message="initial load", author="demo")
+    loaded = db.version  # not always 1: a name's versions go on after a drop (an earlier run)
     info = db.describe_table("orders")
     print(
         f"v{db.version}: loaded {info['count']:,} orders into {info['tablets']} tablets "
@@ -72,7 +73,7 @@ def main() -> None:
     db = db.commit(message="refund 42, cancel 43 and 44", author="demo")
     print(f"v{db.version}: committed; {db.describe_table('orders')['count']:,} orders")
 
-    old = conn.open_db("shop", version=1)
+    old = conn.open_db("shop", version=loaded)
     was = old.get_records("orders", [42, 43])
     print(
         f"time travel to v{old.version}: order 42 was {was[42]['status']!r}, "
