@@ -299,19 +299,48 @@ def plan_change(
         if not is_free(fields[i]):
             fields[i] = free_field(name)
             freed.add(name)
-    new_families = {
-        fam: tuple(renamed.get(m, m) for m in members if m not in dropped)
-        for fam, members in families.items()
-    }
     return Plan(
         pa.schema(fields),
-        {fam: members for fam, members in new_families.items() if members},
+        _carried_families(families, renamed, dropped),
         renamed,
         frozenset(dropped),
         retyped,
         frozenset(freed),
         change.rewrites,
     )
+
+
+def _carried_families(
+    families: Mapping[str, Sequence[str]], renamed: Mapping[str, str], dropped: set[str]
+) -> dict[str, tuple[str, ...]]:
+    """The table's families after a schema change: members renamed, dropped ones gone.
+
+    Every family is kept, in its order, an empty one too (declared empty, or emptied by
+    dropping its only member): a change of the schema does not change which families
+    the table declares, so ``describe_table`` and ``diff`` report only what was asked.
+    A family may list a name no field has yet (reserved for a later write); a rename to
+    such a name puts the renamed field in that family. When the renamed field is in
+    another family already, the field would be in two, which the format forbids
+    (doc/format.md, "Families"): a SchemaError naming both families. In the same
+    family the two names are one member.
+    """
+    home = {m: fam for fam, members in families.items() for m in members}
+    for was, now in renamed.items():
+        reserved = home.get(now)
+        if reserved is None or now in renamed or now in dropped:
+            continue  # no family lists the new name, or its holder renamed/dropped it
+        if home.get(was, reserved) != reserved:
+            raise SchemaError(
+                f"cannot rename {was!r} to {now!r}: family {reserved!r} already lists "
+                f"{now!r} while {was!r} is in family {home[was]!r}, and a field belongs to "
+                f"at most one family; take {now!r} out of {reserved!r} (or {was!r} out of "
+                f"{home[was]!r}) with alter_families first, or rename {was!r} to another name"
+            )
+    carried: dict[str, tuple[str, ...]] = {}
+    for fam, members in families.items():
+        names = [renamed.get(m, m) for m in members if m not in dropped]
+        carried[fam] = tuple(dict.fromkeys(names))  # a rename onto a name of its own family
+    return carried
 
 
 def _check_key_widen(name: str, old: pa.DataType, new: pa.DataType) -> None:

@@ -65,10 +65,15 @@ def check_families(
             )
         if isinstance(fields, str) or not hasattr(fields, "__iter__"):
             raise UsageError(f"family {name!r} must list field names, got {fields!r}")
-        members = sorted(set(fields))
-        for field in members:
+        listed = list(fields)
+        for field in listed:  # before set()/sorted(): both fail raw on unhashable/mixed names
             if not isinstance(field, str) or not field:
-                raise UsageError(f"family {name!r} holds an invalid field name {field!r}")
+                raise UsageError(
+                    f"family {name!r} holds an invalid field name {field!r}: "
+                    "list field names as non-empty strings"
+                )
+        members = sorted(set(listed))
+        for field in members:
             if field == key_field or field in key_fields:
                 raise UsageError(f"the key field {field!r} cannot belong to family {name!r}")
             if field in seen:

@@ -40,7 +40,7 @@ from merkle.tablets.fieldids import FieldId, carry_identities, with_identities
 from merkle.tablets.keychecks import check_codec_fits, check_tablet_keys
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
 from merkle.tablets.keys import key_codec as parse_key_codec
-from merkle.tablets.nodes import BASE, ChildRef, Limits, TableRoot
+from merkle.tablets.nodes import ChildRef, Limits, TableRoot
 from merkle.tablets.patches import Patches
 from merkle.tablets.reads import TableReads
 from merkle.tablets.rows import SortedRows, empty_keys, sort_rows
@@ -52,6 +52,7 @@ from merkle.tablets.segment import (
     records_to_arrow,
 )
 from merkle.tablets.settings import check_families, check_limits, unreversed
+from merkle.tablets.spec import family_blocks
 from merkle.tablets.store import TableStore
 from merkle.tablets.tree import TableSpec, Tree, node_ref
 
@@ -521,15 +522,17 @@ class Table(TableReads):
         return changed._rebuilt(new.finish([r for refs in pieces for r in refs]))
 
     def build_from(self, tablet_ids: Sequence[CID]) -> Table:
-        """This table with its data replaced by the given tablets (pending changes dropped)."""
+        """This table with its data replaced by the given tablets (pending changes dropped).
+
+        Tablets written under other families (of another table, or of this one before an
+        ``alter_families``) are rewritten into this table's, as too-big ones are cut again
+        (:func:`_within_limits`): a projection reads only the blocks of the families the
+        table puts its fields in, so a field a block keeps elsewhere read as null.
+        """
         refs = [node_ref(self.ts, cid) for cid in tablet_ids]
-        allowed = {BASE, *self.root.families}
         for i, ref in enumerate(refs):
             if ref.height != 0:
                 raise UsageError(f"{ref.cid} is an index node, not a tablet")
-            extra = set(self.ts.tablet(ref.cid).families()) - allowed
-            if extra:
-                raise UsageError(f"tablet {ref.cid} has families {sorted(extra)} this table lacks")
             if i and ref.first_key <= refs[i - 1].last_key:
                 raise UsageError(
                     f"tablets must be in key order without overlap: {ref.cid} starts at or "
@@ -541,25 +544,34 @@ class Table(TableReads):
         # would pass the checks above and leave keys out of order and lookups missing.
         check_tablet_keys(self.ts, refs, self.key, self.root.key_codec)
         table = self
+        cids = [cid for ref in refs for cid in self.ts.tablet(ref.cid).blocks()]
         if self.root.typed:
-            cids = [cid for ref in refs for cid in self.ts.tablet(ref.cid).blocks()]
-            schema = schema_of_segments(self.root.schema, self.ts.segments(cids), self.key)
+            segments = self.ts.segments(cids)
+            schema = schema_of_segments(self.root.schema, segments, self.key)
             table = self.with_schema(schema)
+            schemas = [segment.schema for segment in segments]
+        else:  # the layout needs only each block's schema (a small read, never its data)
+            schemas = self.ts.segment_schemas(cids)
+        columns = {cid.bytes: s.names for cid, s in zip(cids, schemas, strict=True)}
         tree = table._tree()
         tree._fresh = {}
-        refs = [fitted for ref in refs for fitted in _within_limits(tree, ref)]
+        refs = [fitted for ref in refs for fitted in _within_limits(tree, ref, columns)]
         return table._rebuilt(tree.finish(refs, check_all=True))
 
 
-def _within_limits(tree: Tree, ref: ChildRef) -> list[ChildRef]:
-    """A tablet given to ``build_table`` as tablets within this table's limits: itself,
-    or its rows cut again when it (or a page of it) holds more records than this table
-    allows (a tablet of a table with a bigger ``tablet_size_limit``). Kept as it was, it
-    read correctly but failed ``merkle verify`` until a write next touched it."""
-    limits = tree.leaves_io.spec.limits
+def _within_limits(tree: Tree, ref: ChildRef, columns: Mapping[bytes, list[str]]) -> list[ChildRef]:
+    """A tablet given to ``build_table`` as tablets within this table's limits and families:
+    itself, or its rows cut again when it (or a page of it) holds more records than this
+    table allows (a tablet of a table with a bigger ``tablet_size_limit``), or written
+    again when a block of it is not in this table's families (``columns``: each block's
+    column names). Kept as it was, a too-big one read correctly but failed ``merkle
+    verify`` until a write next touched it; one of other families read nulls."""
+    spec = tree.leaves_io.spec
     node = tree.ts.tablet(ref.cid)
-    if node.count <= limits.tablet_size and all(
-        page.count <= limits.page_rows for page in node.pages
+    if (
+        node.count <= spec.limits.tablet_size
+        and all(page.count <= spec.limits.page_rows for page in node.pages)
+        and not any(spec.misplaced(name, columns[cid.bytes]) for name, cid in family_blocks(node))
     ):
         return [ref]
     return tree.write_tablets(tree.leaves_io.rows(ref.cid))
