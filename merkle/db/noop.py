@@ -8,6 +8,13 @@ the check stops at the first difference: an upsert of a key that has no
 record, or a delete of one that has, is seen on key blocks alone (which the
 commit reads anyway), and values are compared a row first, so a real change
 costs at most one page read.
+
+"As it was" is what a diff says (:func:`~merkle.tablets.rowequal.rows_equal`):
+schema-free values whose stored bytes differ are compared by the diff's rule
+before the commit is taken for a change, so that a commit the diff calls
+unchanged makes no version. The one difference that rule does not count is a
+map's key order (doc/versions.md): re-writing a dict in another order made a
+version whose diff was empty.
 """
 
 from __future__ import annotations
@@ -22,7 +29,9 @@ from merkle.db.tablestate import TableState
 from merkle.tablets.diff import as_bits
 from merkle.tablets.keyindex import combine
 from merkle.tablets.patches import Patches, apply_patches
+from merkle.tablets.rowequal import rows_equal
 from merkle.tablets.rows import SortedRows
+from merkle.tablets.segment import is_cbor_field
 from merkle.tablets.table import Table
 
 if TYPE_CHECKING:
@@ -86,7 +95,7 @@ def _same(table: Table, state: TableState) -> bool:
             return False
         encoded = combine(codec.encode_array(found.column(table.root.key_field)))
         found = found.take(pa.compute.sort_indices(encoded))
-        if not _equal(_compact(found), _compact(wanted)):
+        if not _equal(_compact(found), _compact(wanted), table.root.key_field):
             return False
     return True
 
@@ -109,7 +118,7 @@ def _patches_same(table: Table, patches: Patches) -> bool:
         order = pa.compute.sort_indices(encoded)
         current = SortedRows(found.take(order), encoded.take(order))
         patched = apply_patches(current, part, key_field)
-        if not _equal(_compact(current.table), _compact(patched.table)):
+        if not _equal(_compact(current.table), _compact(patched.table), key_field):
             return False
     return True
 
@@ -123,15 +132,30 @@ def _compact(table: pa.Table) -> pa.Table:
     return table.select(names).combine_chunks()
 
 
-def _equal(a: pa.Table, b: pa.Table) -> bool:
-    """Whether two tables hold the same values bit for bit.
+def _equal(a: pa.Table, b: pa.Table, key_field: str) -> bool:
+    """Whether two tables of the same keys, in the same order, hold equal records.
 
-    Arrow's ``equals`` compares floats as numbers: -0.0 equals 0.0 (so a commit
-    that only changed a sign would be dropped as "no change") and NaN equals no
-    NaN (so reloading a file holding one made a new version every time).
-    Floats are compared as their bits instead, as the stored blocks would be.
+    Bit for bit first (the cheap answer, and the usual one for a reload). Arrow's
+    ``equals`` compares floats as numbers: -0.0 equals 0.0 (so a commit that only
+    changed a sign would be dropped as "no change") and NaN equals no NaN (so
+    reloading a file holding one made a new version every time); floats are
+    compared as their bits instead, as the stored blocks would be. Only schema-free
+    (CBOR) columns may differ in bytes and still hold what the diff calls equal (a
+    dict written in another order): those are held to the diff's rule
+    (:func:`rows_equal`); a typed column that differs is a change.
     """
-    return a.column_names == b.column_names and all(
-        x.type == y.type and as_bits(x).equals(as_bits(y))
-        for x, y in zip(a.columns, b.columns, strict=True)
-    )
+    if a.column_names != b.column_names:
+        return False
+    differing = [
+        name
+        for name, x, y in zip(a.column_names, a.columns, b.columns, strict=True)
+        if not (x.type == y.type and as_bits(x).equals(as_bits(y)))
+    ]
+    if not differing:
+        return True
+    if a.num_rows != b.num_rows or not all(
+        is_cbor_field(a.schema.field(n)) and is_cbor_field(b.schema.field(n)) for n in differing
+    ):
+        return False
+    columns = [key_field, *differing]
+    return bool(rows_equal(a.select(columns), b.select(columns), key_field).all())

@@ -75,9 +75,12 @@ _POLICY_LOCK_TTL = 10.0
 
 
 def get_policy(conn: Connection) -> Policy:
-    """The lake's retention policy and grace period."""
+    """The lake's retention policy and grace period (UsageError on a closed connection)."""
+    from merkle.db.closed import closed_error
     from merkle.gc.policy import load_policy
 
+    if conn.closed:
+        raise closed_error(conn.uri)
     return load_policy(conn.store)
 
 
@@ -109,9 +112,12 @@ def set_retention(
     running collection holds the lock: the call waits up to ``wait`` seconds
     for it, then raises :class:`~merkle.refs.LockHeldError`.
     """
+    from merkle.db.closed import closed_error
     from merkle.gc.policy import Policy, Retention, load_policy, parse_duration, save_policy
     from merkle.refs import check_db_name
 
+    if conn.closed:  # it would write the policy through a closed connection
+        raise closed_error(conn.uri)
     within = parse_duration(keep_within, "keep_within") if keep_within is not None else None
     retention = Retention(keep_versions, within)
     new_grace = parse_duration(grace, "grace") if grace is not None else None

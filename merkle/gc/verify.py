@@ -39,14 +39,17 @@ def verify(
     from merkle.gc.report import VerifyReport
     from merkle.refs import audit_journal
 
+    # UsageError on a closed connection (or another process's) before anything is read:
+    # an empty lake, which has no journal to read through it, is no exception.
+    refs = conn.refs
     report = VerifyReport()
     names = [db] if db is not None else journal_names(conn)
-    if db is not None and conn.refs.head(db) is None:
+    if db is not None and refs.head(db) is None:
         raise NotFoundError(f"there is no database {db!r} in {conn.uri} to verify")
     seen: set[bytes] = set()
     frontier: list[tuple[CID, _Origin]] = []
     for name in names:
-        audit = audit_journal(conn.refs, name)
+        audit = audit_journal(refs, name)
         report.journals_damaged.extend((name, problem) for problem in audit.problems)
         report.notes.extend(f"{name!r}: {note}" for note in audit.notes)
         for entry in reversed(audit.entries):

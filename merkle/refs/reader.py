@@ -374,7 +374,9 @@ class JournalReader:
 
         A drop entry is returned like any other (its root is None). Raises
         :class:`NotFoundError` when ``when`` is before the first entry, or
-        when the entry it names was removed by retention.
+        when the entry it names was removed by retention; an entry missing at or
+        above the retention floor (outside damage) is an :class:`IntegrityError`,
+        as :meth:`get` says it.
         """
         db = check_db_name(db)
         when = as_utc(when)
@@ -400,12 +402,23 @@ class JournalReader:
                 f"database {db!r} has no version at or before {when.isoformat()}: version "
                 f"{low} was committed at {first.time.isoformat()}{removed}"
             )
-        found = seen[last_true(at_or_before, low, head.version - 1, self._fanout)]
-        if not isinstance(found, JournalEntry):
+        version = last_true(at_or_before, low, head.version - 1, self._fanout)
+        found = seen[version]
+        if isinstance(found, JournalEntry):
+            return found
+        if isinstance(found, TrimmedEntry) or version < self._floor_hint(db):
             raise NotFoundError(
                 f"the version of database {db!r} at {when.isoformat()} was removed by retention"
             )
-        return found
+        # An empty slot at or above the floor: only outside damage deletes an entry there,
+        # and the time it held is lost with it. Said as get() says it, never as a trim.
+        raise self._altered(
+            entry_key(db, head.version),
+            f"journal entry {entry_key(db, version)!r} is missing below the head "
+            f"({head.version}), so the version at {when.isoformat()} cannot be told: the "
+            "journal was altered from outside; restore the entry from a backup (`merkle "
+            "verify` lists what is missing)",
+        )
 
     def history(self, db: str, limit: int | None = None) -> list[JournalEntry]:
         """Entries of ``db``, newest first, at most ``limit``; trimmed ones are absent.

@@ -398,7 +398,9 @@ def rewrite_rows(rows: pa.Table, plan: Plan, key_column: str) -> pa.Table:
         name = plan.renamed.get(name, name)
         if name in plan.freed:
             values = _in_zone(
-                column_values(pa.table([column], schema=pa.schema([stored])), stored.name),
+                column_values(
+                    pa.table([column], schema=pa.schema([stored])), stored.name, freeing=record_name
+                ),
                 stored.type,
             )
             columns[name] = (cbor_field(name), cbor_array(name, values, record_name))

@@ -10,7 +10,10 @@ a decimal and a float to being the same number: ``Decimal("0.1")`` comes back
 from float32 as 0.1, but float32 holds only 0.10000000149....
 :func:`typed_array` takes Python values (records, or a column no cast kernel
 converts exactly) and checks each with :func:`~merkle.tablets.fits.loss_check`,
-since pyarrow would cut or round some without a word. Both are what
+since pyarrow would cut or round some without a word; a ``Decimal`` in a float
+place, or a float in a decimal place, which pyarrow refuses, it takes as the
+same number of the other kind when there is one, as :func:`fit_column` does
+(:func:`~merkle.tablets.fits.exact_numbers`). Both are what
 :mod:`merkle.tablets.conform` checks written rows with; they live here to keep
 that module to its rows-in, rows-out logic.
 """
@@ -28,7 +31,7 @@ from merkle.errors import SchemaError
 from merkle.lazy import compute as pc
 from merkle.tablets.dicts import decoded_values
 from merkle.tablets.fitexact import misfit_rows, needs_exactness_check, row_text
-from merkle.tablets.fits import loss_check
+from merkle.tablets.fits import Convert, exact_numbers, loss_check
 from merkle.tablets.schema import show_value, type_family
 
 __all__ = ["fit_column", "typed_array"]
@@ -296,7 +299,19 @@ def typed_array(
             return array
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         pass
-    for position, value in enumerate(values):
+    given = values
+    convert = exact_numbers(target)
+    if convert is not None:
+        # pyarrow refuses a Decimal in a float place and a float in a decimal place: each
+        # is taken as the other kind's same number, or refused (as an Arrow column is).
+        given = _exact_numbers(values, convert, _Place(name, target, key_of, key_field))
+        try:
+            array = pa.array(given, type=target)
+            if lost is None or not any(lost(v) for v in given if v is not None):
+                return array
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            pass
+    for position, value in enumerate(given):
         if value is None:
             continue
         try:
@@ -305,5 +320,18 @@ def typed_array(
                 raise ValueError(reason)  # pyarrow would cut or round it without a word
             pa.array([value], type=target)
         except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
-            raise _Place(name, target, key_of, key_field).misfit(value, position, exc) from None
+            place = _Place(name, target, key_of, key_field)
+            raise place.misfit(values[position], position, exc) from None
     raise SchemaError(f"field {name!r} is {target}: its values do not fit it")
+
+
+def _exact_numbers(values: Sequence[Any], convert: Convert, place: _Place) -> list[Any]:
+    """``values`` through ``convert`` (:func:`~merkle.tablets.fits.exact_numbers`);
+    SchemaError naming the first value that is not the same number in the field's type."""
+    out: list[Any] = []
+    for position, value in enumerate(values):
+        try:
+            out.append(None if value is None else convert(value))
+        except ValueError as exc:
+            raise place.misfit(value, position, exc) from None
+    return out

@@ -29,12 +29,22 @@ pyarrow takes any sequence as a list, ``str`` and ``bytes`` too: it would split
 ``"blue"`` into its characters and ``b"\\x01\\xff"`` into its byte values without a
 word. A list field refuses both (and ``bytearray``, ``memoryview``), at the top
 and inside nested values alike.
+
+pyarrow refuses a ``Decimal`` in a float place and a float in a decimal place
+outright, though an Arrow decimal column fits a float field (and a float
+column a decimal field) when the values are the same number (doc/api.md, "A
+value must fit its field"). :func:`exact_numbers` converts such values for
+records the same way: exactly, or not at all (``Decimal("0.5")`` becomes 0.5,
+``Decimal("0.1")`` is refused; 2.5 becomes ``Decimal("2.5")`` in a decimal(5, 1)
+field, 0.1 is refused).
 """
 
 from __future__ import annotations
 
 import datetime
 import decimal
+import fractions
+import math
 import numbers
 import struct
 import uuid
@@ -44,9 +54,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["is_list_like", "kind_misfit", "loss_check", "text_kind"]
+__all__ = ["exact_numbers", "is_list_like", "kind_misfit", "loss_check", "text_kind"]
 
 Check = Callable[[Any], str | None]
+Convert = Callable[[Any], Any]
 
 #: The Python types of raw bytes: pyarrow decodes each as UTF-8 into a string type.
 _BYTES = (bytes, bytearray, memoryview)
@@ -379,3 +390,121 @@ _FLOAT_CHECKS: dict[int, Check] = {
     32: _narrow_check("float32", "f", ints=False),
     64: _float64_loss,
 }
+
+
+# -- decimals and floats, converted exactly --------------------------------------
+
+
+def exact_numbers(target: pa.DataType) -> Convert | None:
+    """For a type with a float or a decimal in it (at the top, or inside lists, structs
+    and maps), a function giving a value with every ``Decimal`` in a float place as that
+    float and every float in a decimal place as that ``Decimal``, when they are the same
+    number; ValueError naming the difference when they are not. None for other types.
+
+    pyarrow refuses both conversions, so records were refused where an Arrow column of
+    the same values is stored (:func:`~merkle.tablets.fitcolumn.fit_column` checks the
+    same rule). Other values pass unchanged, for pyarrow and :func:`loss_check`.
+    """
+    if pa.types.is_floating(target):
+        return _decimal_to_float(target)
+    if pa.types.is_decimal(target):
+        return _float_to_decimal(target)
+    if pa.types.is_struct(target):
+        members = {f.name: exact_numbers(f.type) for f in target}
+        if all(m is None for m in members.values()):
+            return None
+        return lambda v: (
+            {n: _apply(members.get(n), x) for n, x in v.items()} if isinstance(v, dict) else v
+        )
+    if pa.types.is_map(target):
+        return _map_numbers(target)
+    if is_list_like(target):
+        inner = exact_numbers(target.value_type)
+        if inner is None:
+            return None
+        return lambda v: [_apply(inner, x) for x in v] if isinstance(v, list | tuple) else v
+    return None
+
+
+def _apply(convert: Convert | None, value: Any) -> Any:
+    return value if convert is None or value is None else convert(value)
+
+
+def _map_numbers(target: pa.MapType) -> Convert | None:
+    """:func:`exact_numbers` of a map's keys and values, in each form pyarrow takes a map."""
+    of_key, of_item = exact_numbers(target.key_type), exact_numbers(target.item_type)
+    if of_key is None and of_item is None:
+        return None
+    key_name, item_name = target.key_field.name, target.item_field.name
+
+    def entry(e: Any) -> Any:
+        if isinstance(e, tuple) and len(e) == 2:
+            return (_apply(of_key, e[0]), _apply(of_item, e[1]))
+        if isinstance(e, dict):
+            return {
+                n: _apply(of_key if n == key_name else of_item if n == item_name else None, x)
+                for n, x in e.items()
+            }
+        return e
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {_apply(of_key, k): _apply(of_item, x) for k, x in value.items()}
+        if isinstance(value, list | tuple):
+            return [entry(e) for e in value]
+        return value
+
+    return convert
+
+
+#: The struct format of each float width (to find the float of that width nearest a number).
+_FLOAT_CODES = {16: "e", 32: "f", 64: "d"}
+
+
+def _decimal_to_float(target: pa.DataType) -> Convert:
+    """A ``Decimal`` as the float of ``target`` it is exactly (NaN and the infinities are
+    that same value); ValueError when the float holds another number."""
+    narrow = struct.Struct("<" + _FLOAT_CODES[target.bit_width])
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, decimal.Decimal):
+            return value
+        if value.is_snan():
+            raise ValueError("it is a signalling NaN, which no float holds")
+        if not value.is_finite():
+            return float(value)
+        try:
+            near = narrow.unpack(narrow.pack(float(value)))[0]
+        except OverflowError:
+            raise ValueError(f"it is beyond the range of {target}") from None
+        if math.isinf(near):
+            raise ValueError(f"it is beyond the range of {target}")
+        if decimal.Decimal(near) != value:
+            raise ValueError(
+                f"{target} does not hold it exactly: the nearest {target} is "
+                f"{decimal.Decimal(near)}"
+            )
+        return near
+
+    return convert
+
+
+def _float_to_decimal(target: pa.DataType) -> Convert:
+    """A float as the ``Decimal`` of the same number, when it has no more decimal places
+    than ``target``'s scale; ValueError otherwise (pyarrow checks the precision)."""
+    scale = int(target.scale)
+
+    def convert(value: Any) -> Any:
+        if not isinstance(value, float | np.floating):
+            return value
+        number = float(value)  # a numpy float widens exactly
+        if not math.isfinite(number):
+            raise ValueError(f"a decimal holds no {number}")
+        if (fractions.Fraction(number) * fractions.Fraction(10) ** scale).denominator != 1:
+            raise ValueError(
+                f"the float is {decimal.Decimal(number)}, which has more decimal places "
+                f"than the field's scale ({scale})"
+            )
+        return decimal.Decimal(number)
+
+    return convert

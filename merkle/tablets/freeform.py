@@ -32,7 +32,7 @@ from merkle.tablets.cbor import (
     show,
 )
 from merkle.tablets.keys import KeyCodec
-from merkle.tablets.micros import in_micros
+from merkle.tablets.micros import FREE_NANOS, in_micros
 
 __all__ = [
     "arrow_to_records",
@@ -236,15 +236,24 @@ def _readable(name: str) -> Iterator[None]:
         ) from None
 
 
-def column_values(table: pa.Table, name: str) -> list[Any]:
-    """The Python values of one column of a segment table (CBOR decoded, None for null)."""
+def column_values(table: pa.Table, name: str, *, freeing: RowName | None = None) -> list[Any]:
+    """The Python values of one column of a segment table (CBOR decoded, None for null).
+
+    ``freeing``: the values are made schema-free (``alter_schema(free=)``), and
+    ``freeing(i)`` names the record of row ``i``: a time with nanoseconds is then a
+    UsageError naming that record, with advice that fits that call (not "read it as
+    Arrow", which is for reads).
+    """
     with _readable(name):
-        return _column_values(table, name)
+        return _column_values(table, name, freeing)
 
 
-def _column_values(table: pa.Table, name: str) -> list[Any]:
+def _column_values(table: pa.Table, name: str, freeing: RowName | None = None) -> list[Any]:
     field = table.schema.field(name)
-    column = in_micros(table.column(name), name)
+    if freeing is None:
+        column = in_micros(table.column(name), name)
+    else:
+        column = in_micros(table.column(name), name, fix=FREE_NANOS, row=freeing)
     if is_cbor_field(field):
         return [None if data is None else _cbor_decode(data, name) for data in column.to_pylist()]
     kind = column.type

@@ -12,16 +12,24 @@ value with nanoseconds is a UsageError naming the field and the value.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pyarrow as pa
 
 from merkle.errors import UsageError
 
-__all__ = ["READ_AS_ARROW", "holds_nanos", "in_micros", "micros_type"]
+__all__ = ["FREE_NANOS", "READ_AS_ARROW", "holds_nanos", "in_micros", "micros_type"]
 
 #: What to do about a value with nanoseconds, when records are read.
 READ_AS_ARROW = "read it as Arrow (to_arrow, to_batches, get_arrow), where every nanosecond is kept"
+
+#: What to do about a value with nanoseconds, when its field is declared schema-free
+#: (``alter_schema(free=)``): the values would be Python's, which hold microseconds at most.
+FREE_NANOS = (
+    "a schema-free field holds Python values, so leave the field typed (it keeps every "
+    "nanosecond), or first write its values rounded to microseconds (e.g. "
+    "pyarrow.compute.floor_temporal(column, unit='microsecond')), then declare it schema-free"
+)
 
 _TIMES = (pa.types.is_timestamp, pa.types.is_time64, pa.types.is_duration)
 _LISTS = (
@@ -94,13 +102,21 @@ def micros_type(kind: pa.DataType) -> pa.DataType | None:
     return None
 
 
-def in_micros(column: pa.ChunkedArray, name: str, *, fix: str = READ_AS_ARROW) -> pa.ChunkedArray:
+def in_micros(
+    column: pa.ChunkedArray,
+    name: str,
+    *,
+    fix: str = READ_AS_ARROW,
+    row: Callable[[int], str] | None = None,
+) -> pa.ChunkedArray:
     """A column whose type holds nanosecond times (timestamp, time64, duration; at the top
     level or inside lists, structs and maps) with them in microseconds, the finest unit of
     Python's datetime, time and timedelta; any other column as it is.
 
     A value with nanoseconds is a UsageError naming the field and the value, ending
     with ``fix`` (what to do instead): never a rounded value, never a pandas object.
+    ``row(i)`` names the record of row ``i`` (``"the record with key 7"``): the error
+    then names the first record holding one too.
     """
     kind = column.type
     if not holds_nanos(kind):
@@ -120,10 +136,40 @@ def in_micros(column: pa.ChunkedArray, name: str, *, fix: str = READ_AS_ARROW) -
             f"Python records cannot show exactly: {fix}"
         )
     example = "" if first is None else f" (e.g. {first} ns)"
+    position = None if row is None or micros is None else _first_row(column, micros)
+    if position is not None:
+        assert row is not None
+        shown = "" if first is None else f"{first} ns, "
+        example = f" ({shown}first in {row(position)})"
     raise UsageError(
         f"field {name!r} ({kind}) holds times to the nanosecond{example}, which Python's "
         f"datetime types cannot hold: {fix}"
     )
+
+
+def _first_row(column: pa.ChunkedArray, micros: pa.DataType) -> int | None:
+    """The first row of ``column`` that does not cast to ``micros`` exactly (the error
+    path only): found by halving the rows, O(log n) casts, at any depth of nesting."""
+
+    def fits(start: int, length: int) -> bool:
+        # Taken, not sliced: a cast of a sliced list checks the values of every row.
+        rows = column.take(pa.array(range(start, start + length), pa.int64()))
+        try:
+            rows.cast(micros)
+        except pa.ArrowInvalid:
+            return False
+        return True
+
+    low, high = 0, len(column)
+    if fits(low, high):
+        return None
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(low, middle - low):
+            low = middle
+        else:
+            high = middle
+    return low
 
 
 def _first_nanos(column: pa.ChunkedArray) -> int | None:

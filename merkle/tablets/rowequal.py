@@ -15,7 +15,7 @@ import datetime
 import decimal
 import math
 import struct
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 
 import cbor2
 import numpy as np
@@ -24,6 +24,7 @@ import pyarrow as pa
 from merkle.lazy import compute as pc
 from merkle.tablets.evolve import can_widen
 from merkle.tablets.keyindex import combine
+from merkle.tablets.micros import holds_nanos
 from merkle.tablets.segment import column_values, concat_segments, is_cbor_field
 
 __all__ = ["as_bits", "flags", "rows_equal", "same_value"]
@@ -112,11 +113,57 @@ def _values_equal(
     todo = np.flatnonzero(check & ~out)
     if len(todo):
         take = pa.array(todo, type=pa.int64())
-        left = column_values(a.select([name]).take(take), name)
-        right = column_values(b.select([name]).take(take), name)
+        left = _decoded(a.select([name]).take(take), name, field)
+        right = _decoded(b.select([name]).take(take), name, field)
         for i, p, q in zip(todo, left, right, strict=True):
             out[i] = same_value(p, q)
     return out
+
+
+def _decoded(table: pa.Table, name: str, field: pa.Field) -> list[object]:
+    """The values of column ``name`` as Python, for :func:`same_value`.
+
+    Times with nanoseconds (inside a list, struct or map: a flat one is decided by
+    the fast path) have no Python form, and reading them as records is refused
+    (:func:`~merkle.tablets.micros.in_micros`), which made a diff or merge of a
+    change there fail; they are compared as their ticks (int64), which are exact.
+    """
+    if is_cbor_field(field) or not holds_nanos(field.type):
+        return column_values(table, name)
+    ticks = _ticks_type(field.type)
+    try:
+        column = table.column(name)
+        values: list[object] = pa.chunked_array(
+            [c.view(ticks) for c in column.chunks], ticks
+        ).to_pylist()
+        return values
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid, TypeError):
+        return column_values(table, name)  # a layout not rebuilt here: as before
+
+
+def _ticks_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with each nanosecond time type (at any depth) replaced by int64, its ticks."""
+    return _leaves_mapped(
+        t, lambda leaf: pa.int64() if holds_nanos(leaf) and not leaf.num_fields else leaf
+    )
+
+
+def _leaves_mapped(t: pa.DataType, leaf: Callable[[pa.DataType], pa.DataType]) -> pa.DataType:
+    """``t`` with each type that is not a list, map or struct replaced by ``leaf`` of it
+    (a fixed-size list becomes a list of that size), at any depth."""
+    if pa.types.is_map(t):
+        key, item = _leaves_mapped(t.key_type, leaf), _leaves_mapped(t.item_type, leaf)
+        return pa.map_(key, item, t.keys_sorted)
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_leaves_mapped(t.value_type, leaf)))
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_leaves_mapped(t.value_type, leaf)))
+    if pa.types.is_fixed_size_list(t):
+        value = t.value_field.with_type(_leaves_mapped(t.value_type, leaf))
+        return pa.list_(value, t.list_size)
+    if pa.types.is_struct(t):
+        return pa.struct([field.with_type(_leaves_mapped(field.type, leaf)) for field in t])
+    return leaf(t)
 
 
 _FLOAT_BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
@@ -134,19 +181,9 @@ def as_bits(column: pa.ChunkedArray) -> pa.ChunkedArray:
 
 def _bits_type(t: pa.DataType) -> pa.DataType:
     """``t`` with each floating-point type replaced by the integer type of its width."""
-    if pa.types.is_floating(t):
-        return _FLOAT_BITS[t.bit_width]
-    if pa.types.is_map(t):
-        return pa.map_(_bits_type(t.key_type), _bits_type(t.item_type), t.keys_sorted)
-    if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_bits_type(t.value_type)))
-    if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_bits_type(t.value_type)))
-    if pa.types.is_fixed_size_list(t):
-        return pa.list_(t.value_field.with_type(_bits_type(t.value_type)), t.list_size)
-    if pa.types.is_struct(t):
-        return pa.struct([field.with_type(_bits_type(field.type)) for field in t])
-    return t
+    return _leaves_mapped(
+        t, lambda leaf: _FLOAT_BITS[leaf.bit_width] if pa.types.is_floating(leaf) else leaf
+    )
 
 
 def flags(array: pa.Array) -> np.ndarray:
