@@ -396,7 +396,7 @@ class Database(RecordOps):
         # Zero rows that chose the codec or schema (an empty Arrow table written to a table
         # never written) are still a write: they set the schema, as declaring it would.
         change = _Change(upserts=sort_rows(rows, current.root.key_field, current.spec.codec))
-        new_state = _TableState(current, (*state.changes, change))
+        new_state = state.with_change(current, change)
         # The op keeps the rows as the user's table (a replay writes them again), and the
         # fields the table had, so a replay can tell a field dropped meanwhile from a new one.
         known = self._known(table, state.table)
@@ -428,7 +428,7 @@ class Database(RecordOps):
         codec = current.spec.codec
         encoded = codec.encode_unique(keys)
         change = _Change(deletes=pa.array(encoded, type=empty_keys(codec).type))
-        new_state = _TableState(current, (*state.changes, change))
+        new_state = state.with_change(current, change)
         return self._with_table(table, new_state, op(current.root.uid))
 
     def _records(

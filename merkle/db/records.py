@@ -84,7 +84,7 @@ class RecordOps:
             if patched is None:
                 return self._unchanged_update(table, state, changes)
             changed, patches = patched
-            new_state = TableState(changed, (*state.changes, TableChange(patches=patches)))
+            new_state = state.with_change(changed, TableChange(patches=patches))
             op = db_ops.Update(table, changed.root.uid, changes, known)
             return self._with_table(table, new_state, op)
         done = updated_rows(self._table(table), changes)
@@ -94,7 +94,7 @@ class RecordOps:
         changed = (
             state.table.with_schema(current.root.schema) if current.root.typed else state.table
         )
-        new_state = TableState(changed, (*state.changes, TableChange(upserts=rows)))
+        new_state = state.with_change(changed, TableChange(upserts=rows))
         op = db_ops.Update(table, changed.root.uid, changes, known)
         return self._with_table(table, new_state, op)
 
