@@ -58,8 +58,9 @@ class SortedRows:
         if self._keys is None:
             words = self._words
             assert words is not None
-            if isinstance(words, range):
-                words = np.arange(len(words), dtype=np.uint64) + np.uint64(words.start)
+            if isinstance(words, range):  # an empty one may start past the last word, 2**64
+                start = np.uint64(words.start if len(words) else 0)
+                words = np.arange(len(words), dtype=np.uint64) + start
             self._keys = words_binary(words)
         return self._keys
 

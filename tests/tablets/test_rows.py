@@ -121,3 +121,13 @@ def test_a_sort_that_places_keys_never_holds_every_rows_words() -> None:
     peak = _peak_bytes_of_sorting(shuffled)
     assert 4 * n <= peak < words_of_every_row, peak  # the 4-byte order, little else
     assert _peak_bytes_of_sorting(np.arange(n)) < words_of_every_row // 4
+
+
+def test_an_empty_slice_after_the_largest_int_key_has_no_keys() -> None:
+    """Rows whose keys are every word of their range keep the words as a range; an empty
+    slice at its end starts at 2**64 when the last key is the largest int64, which numpy
+    cannot hold (an OverflowError, found by the model above)."""
+    table = pa.table({"id": pa.array([2**63 - 1], pa.int64())})
+    rows = sort_rows(table, "id", key_codec("int"))
+    assert rows.slice(1, 1).keys.to_pylist() == []
+    assert rows.slice(0, 1).keys.to_pylist() == [key_codec("int").encode(2**63 - 1)]
