@@ -41,6 +41,7 @@ __all__ = [
     "delete_keys",
     "fold",
     "load_batch",
+    "load_batch_range",
     "lookup_pending",
     "merge_tier",
     "upsert_keys",
@@ -178,6 +179,57 @@ def load_batch(ts: TableStore, cid: CID, key_field: str, codec: KeyCodec) -> Bat
         _unpack_bits(node.deletes_in_merged, len(node.deletes)),
         load_patches(ts, node, key_field, codec) if node.patches is not None else None,
     )
+
+
+def load_batch_range(
+    ts: TableStore, cid: CID, key_field: str, codec: KeyCodec, lo: bytes | None, hi: bytes | None
+) -> BatchContent:
+    """The part of a batch with keys in ``[lo, hi)`` (None: unbounded), as :func:`load_batch`
+    would give it sliced: each part's keys are sorted, so a binary search in its cached key
+    index finds the slice, and only that slice is ever folded (the decoded segment is the
+    block cache's, shared by every range read of the batch)."""
+    node = ts.batch(cid)
+    index = upsert_keys(ts, node, key_field, codec)
+    i, j = _key_span(index, lo, hi)
+    if node.upserts is None:
+        table = pa.table({key_field: pa.array([], type=codec.arrow_type)})
+    else:
+        table = ts.segment(node.upserts).slice(i, j - i)
+    upserts = SortedRows(table, index.keys.slice(i, j - i))
+    up_merged = _unpack_bits(node.upserts_in_merged, node.upsert_count)[i:j]
+    deletes, del_merged = empty_keys(codec), np.zeros(0, dtype=bool)
+    if node.deletes:
+        dindex = delete_keys(ts, cid, node)
+        di, dj = _key_span(dindex, lo, hi)
+        deletes = dindex.keys.slice(di, dj - di)
+        del_merged = _unpack_bits(node.deletes_in_merged, len(node.deletes))[di:dj]
+    patches = None
+    if node.patches is not None:
+        pi, pj = _key_span(patch_keys(ts, node, key_field, codec), lo, hi)
+        if pj > pi:
+            patches = load_patches(ts, node, key_field, codec).slice(pi, pj)
+    return BatchContent(upserts, up_merged, deletes, del_merged, patches)
+
+
+def _key_span(index: KeyIndex, lo: bytes | None, hi: bytes | None) -> tuple[int, int]:
+    """The positions ``[i, j)`` of the keys of ``index`` in ``[lo, hi)`` (None: unbounded)."""
+    i = 0 if lo is None else _rank(index, lo)
+    j = len(index) if hi is None else _rank(index, hi)
+    return i, max(i, j)
+
+
+def _rank(index: KeyIndex, key: bytes) -> int:
+    """How many keys of ``index`` are ``< key``.
+
+    A scan's upper bound is the successor of its last key (that key and a zero
+    byte), and no key lies strictly between a key and its successor: the keys
+    ``< k + b"\\0"`` are the keys ``<= k``. Asked so, the successor of an 8-byte
+    key is searched in the index's numpy words, not in a list of every key of
+    the batch made for one search (a batch may hold millions).
+    """
+    if len(key) == 9 and key[-1] == 0:
+        return index.rank(key[:-1], inclusive=True)
+    return index.rank(key)
 
 
 def write_batch(ts: TableStore, content: BatchContent, lower: int, upper: int) -> CID:
@@ -400,6 +452,30 @@ class Overlay:
 
         key: tuple[object, ...] = ("overlay", key_field, codec.spec, *(c.bytes for c in pending))
         return ts.cached(key, build, lambda overlay: overlay.nbytes)
+
+    @classmethod
+    def load_range(
+        cls,
+        ts: TableStore,
+        pending: Sequence[CID],
+        key_field: str,
+        codec: KeyCodec,
+        lo: bytes | None,
+        hi: bytes | None,
+    ) -> Overlay:
+        """The overlay of ``pending`` restricted to keys ``[lo, hi)``, without a resolver.
+
+        Only each batch's slice in the range is folded (a fold is per key, so this
+        is the whole overlay's slice): a read bounded by keys costs its range, not
+        the pending area. Counts and ranks it gives are exact inside the range and
+        count no pending change outside it; rank-based reads (offsets, indexes,
+        ``len``) take :meth:`load`. Not cached: it costs a few binary searches per
+        batch and a fold of the range's changes.
+        """
+        if lo is None and hi is None:
+            return cls.load(ts, pending, key_field, codec)
+        parts = [load_batch_range(ts, cid, key_field, codec, lo, hi) for cid in pending]
+        return cls(fold(parts, key_field, codec))
 
     def resolving(self, resolve: Callable[[BatchContent], BatchContent]) -> Overlay:
         """A view of this overlay (sharing its indexes) whose patches ``resolve`` lays

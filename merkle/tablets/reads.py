@@ -47,6 +47,7 @@ class TableReads:
     if TYPE_CHECKING:
         ts: TableStore
         root: TableRoot
+        _overlay: Overlay | None
 
         @property
         def codec(self) -> KeyCodec | None: ...
@@ -145,6 +146,23 @@ class TableReads:
         flags[~flags] = content.upserts_in_merged
         return BatchContent(upserts, flags, content.deletes, content.deletes_in_merged)
 
+    def _ranged_overlay(self, lo: bytes | None, hi: bytes | None) -> Overlay | None:
+        """The pending changes with keys in ``[lo, hi)`` (None: unbounded) as an overlay
+        (patches resolved against this version's merged area; a new view each call), or
+        None when the whole overlay serves as well (this value holds it already, nothing
+        is pending, or the range is everything).
+
+        A read bounded by keys folds only each pending batch's slice in its range
+        (:meth:`Overlay.load_range`), so it costs its range, not the pending area
+        (which may be half the table). Its counts and ranks are exact inside the
+        range and ignore every change outside it.
+        """
+        if self._overlay is not None or not self.root.pending or (lo is None and hi is None):
+            return None
+        spec = self.spec
+        ranged = Overlay.load_range(self.ts, self.root.pending, spec.key_field, spec.codec, lo, hi)
+        return ranged.resolving(self.resolve_patches)
+
     def _window(
         self,
         from_pk: Any,
@@ -154,7 +172,15 @@ class TableReads:
         offset: int | None,
         limit: int | None,
         reverse: bool,
-    ) -> tuple[int, int]:
+    ) -> tuple[int, int, Overlay | None]:
+        """The effective rows ``[start, stop)`` a scan reads and the overlay that counts them.
+
+        A scan bounded only by keys (offsets and limits count from its bounds) counts
+        with the overlay of its key range (:meth:`_ranged_overlay`): its ranks are not
+        the table's, but they order the rows in the range exactly as the table's
+        do, which is all a plan and its slices need. Index bounds are the table's
+        ranks: they take the whole overlay.
+        """
         for name, value in (
             ("from_index", from_index),
             ("to_index", to_index),
@@ -167,17 +193,23 @@ class TableReads:
                 raise UsageError(f"{name} must be a non-negative integer, got {value!r}")
         if not isinstance(reverse, bool | np.bool_):  # a truthy "no" would scan backwards
             raise UsageError(f"reverse must be True or False, got {reverse!r}")
-        start, stop = 0, self.count
         codec = self.codec
         if codec is None:
-            return 0, 0
-        tree, overlay, data = self._tree(), self.overlay(), self.data_ref()
+            return 0, 0, None
+        lo, hi = scan_bounds(codec, from_pk, to_pk)
+        tree, data = self._tree(), self.data_ref()
+        ranged = self._ranged_overlay(lo, hi) if from_index is None and to_index is None else None
+        if ranged is not None:
+            overlay = ranged
+            start, stop = 0, (data.count if data is not None else 0) + ranged.delta()
+        else:
+            overlay = self.overlay()
+            start, stop = 0, self.count
 
         def rank(key: bytes, inclusive: bool) -> int:
             merged = tree.merged_rank(data, key, inclusive=inclusive)
             return merged + overlay.delta_before(key, inclusive=inclusive)
 
-        lo, hi = scan_bounds(codec, from_pk, to_pk)
         if lo is not None:
             start = max(start, rank(lo, False))
         if hi is not None:
@@ -194,7 +226,7 @@ class TableReads:
             stop -= offset or 0
             if limit is not None:
                 start = max(start, stop - limit)
-        return start, max(start, stop)
+        return start, max(start, stop), overlay
 
     def scan(
         self,
@@ -209,10 +241,12 @@ class TableReads:
         reverse: bool = False,
     ) -> Iterator[pa.Table]:
         """Record batches in key order (descending with ``reverse``); bounds are inclusive."""
-        start, stop = self._window(from_pk, to_pk, from_index, to_index, offset, limit, reverse)
-        if stop <= start:
+        start, stop, overlay = self._window(
+            from_pk, to_pk, from_index, to_index, offset, limit, reverse
+        )
+        if stop <= start or overlay is None:
             return
-        tree, overlay = self._tree(), self.overlay()
+        tree = self._tree()
         plan = tree.plan(self.data_ref(), overlay, start, stop)
         if reverse:
             plan.reverse()
