@@ -293,24 +293,29 @@ def typed_array(
     """Python values as an array of ``target``; SchemaError naming the first that does not fit
     (``key_field``: the values are the keys themselves, as in :func:`fit_column`)."""
     lost = loss_check(target)
-    try:
-        array = pa.array(values, type=target)
-        if lost is None or not any(lost(v) for v in values if v is not None):
-            return array
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        pass
+
+    def whole(candidates: Sequence[Any]) -> pa.Array | None:
+        """``candidates`` as one array when every value fits exactly, else None."""
+        try:
+            array = pa.array(candidates, type=target)
+            if lost is None or not any(lost(v) for v in candidates if v is not None):
+                return array
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            pass
+        return None
+
+    array = whole(values)
+    if array is not None:
+        return array
     given = values
     convert = exact_numbers(target)
     if convert is not None:
         # pyarrow refuses a Decimal in a float place and a float in a decimal place: each
         # is taken as the other kind's same number, or refused (as an Arrow column is).
         given = _exact_numbers(values, convert, _Place(name, target, key_of, key_field))
-        try:
-            array = pa.array(given, type=target)
-            if lost is None or not any(lost(v) for v in given if v is not None):
-                return array
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
-            pass
+        array = whole(given)
+        if array is not None:
+            return array
     for position, value in enumerate(given):
         if value is None:
             continue
