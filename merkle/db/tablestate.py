@@ -36,14 +36,26 @@ class TableChange:
     patches: Patches | None = None
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Folded:
     """A state's buffered changes folded into one, with what decides whether a state that
     adds one more change may fold it onto this (see :meth:`TableState.folded`)."""
 
     content: BatchContent
     spec: tuple[str, str]  # key field and key codec the changes were folded with
-    extendable: bool  # no patches, and every column of the upserts holds a value
+    unpatched: bool  # no patches in the fold or the changes folded
+    _holds_values: bool | None = None  # every upserts column holds a value (on first ask)
+
+    def extendable(self, key_field: str) -> bool:
+        """Whether one more change may be folded onto this fold alone: no patches, and
+        every column of its upserts holds a value. Asked only when a state extends it:
+        the check reads the fold's rows, which a bulk load's commit (a fold no state
+        extends) keeps ungathered until each tablet's worker gathers its own."""
+        if not self.unpatched:
+            return False
+        if self._holds_values is None:
+            self._holds_values = _all_hold_values(self.content, key_field)
+        return self._holds_values
 
 
 @dataclass(frozen=True)
@@ -111,16 +123,16 @@ class TableState:
         if (
             last is not None
             and isinstance(prior, _Folded)
-            and prior.extendable
             and prior.spec == kind
             and last.patches is None
+            and prior.extendable(key_field)
         ):
             contents = [_content(last, key_field, codec), prior.content]
         else:
             contents = [_content(c, key_field, codec) for c in reversed(self.changes)]
         content = fold(contents, key_field, codec)
         patched = content.patches is not None or any(c.patch_count for c in contents)
-        return _Folded(content, kind, not patched and _all_hold_values(content, key_field))
+        return _Folded(content, kind, not patched)
 
 
 def _content(change: TableChange, key_field: str, codec: KeyCodec) -> BatchContent:
