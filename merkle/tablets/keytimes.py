@@ -131,12 +131,12 @@ def _naive(value: Any) -> Any:
 def record_keys(column: Any, codec: KeyCodec, kinds: Sequence[pa.DataType | None]) -> list[Any]:
     """The keys of a stored key ``column`` as records give them (``codec.to_python``, with
     each naive timestamp key field of ``kinds`` read by :func:`naive_key_values`)."""
-    keys = codec.to_python(column)
     naive = [i for i, kind in enumerate(kinds) if kind is not None and is_naive_timestamp(kind)]
+    if naive and len(kinds) == 1:
+        return naive_key_values(column, 0, composite=False)  # the codec's keys not needed
+    keys = codec.to_python(column)
     if not naive:
         return keys
-    if len(kinds) == 1:
-        return naive_key_values(column, 0, composite=False)
     parts = {i: naive_key_values(column, i, composite=True) for i in naive}
     return [
         tuple(parts[i][row] if i in parts else part for i, part in enumerate(key))
