@@ -13,8 +13,8 @@ Every other output of keys follows the same field types, so that a key reads
 as ``scan`` gives it wherever it shows: a decoded key (a tablet's bounds,
 :func:`record_key`), a stored key column read as records (a merge conflict,
 :func:`record_keys`) or as Arrow (a diff or a conflict table,
-:func:`typed_key_column`, which gives each timestamp key field its own unit
-and zone, as ``to_arrow`` does).
+:func:`typed_key_column`, which gives each key field its own type: a
+timestamp's unit and zone, an integer's width, as ``to_arrow`` does).
 
 Records whose first write mixes naive and aware key datetimes are a
 SchemaError, as such values are in any other new field. A table whose key
@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from merkle.errors import SchemaError
 from merkle.lazy import compute as pc
+from merkle.tablets.dicts import cast_to
 from merkle.tablets.schema import show_value
 
 if TYPE_CHECKING:
@@ -146,24 +147,31 @@ def record_keys(column: Any, codec: KeyCodec, kinds: Sequence[pa.DataType | None
 
 def typed_key_column(column: pa.Array, kinds: Sequence[pa.DataType | None]) -> pa.Array:
     """A stored key ``column`` (a composite key's struct, children in key order) with
-    each timestamp key field as its type in ``kinds``: naive or zoned, in its unit, as
-    ``to_arrow`` gives the field (the codec stores ``timestamp[us, tz=UTC]``).
+    each key field as its type in ``kinds``, as ``to_arrow`` gives the field: a
+    timestamp naive or zoned, in its unit (the codec stores ``timestamp[us,
+    tz=UTC]``), an ``int32`` as ``int32`` (the codec stores ``int64``).
 
     The cast is exact: every stored key was written from a value of the field's type
     (a value the type would cut is refused on write), so a safe cast cannot fail."""
     if len(kinds) == 1:
-        return _as_timestamp(column, kinds[0])
+        return _as_field_type(column, kinds[0])
     if not pa.types.is_struct(column.type) or column.type.num_fields != len(kinds):
         return column
-    parts = [_as_timestamp(pc.struct_field(column, [i]), kind) for i, kind in enumerate(kinds)]
+    parts = [_as_field_type(pc.struct_field(column, [i]), kind) for i, kind in enumerate(kinds)]
     if all(part.type == column.type.field(i).type for i, part in enumerate(parts)):
         return column
     names = [column.type.field(i).name for i in range(len(kinds))]
     return pa.StructArray.from_arrays(parts, names=names)
 
 
-def _as_timestamp(part: pa.Array, kind: pa.DataType | None) -> pa.Array:
-    """``part`` as the timestamp type ``kind`` (other types as stored)."""
-    if kind is None or not pa.types.is_timestamp(kind) or not pa.types.is_timestamp(part.type):
+def _as_field_type(part: pa.Array, kind: pa.DataType | None) -> pa.Array:
+    """``part`` (a stored key field: the codec's type, such as ``int64`` for every
+    integer key) as the field's type ``kind`` (``int32``, ``large_string``, a
+    dictionary, a timestamp's unit and zone), as ``to_arrow`` gives it; as stored
+    where no schema says (``kind`` None)."""
+    if kind is None or part.type == kind:
         return part
-    return part if part.type == kind else part.cast(kind)
+    try:
+        return cast_to(part, kind)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        return part  # not a type this key was written from (a key a schema change re-typed)
