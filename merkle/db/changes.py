@@ -23,7 +23,7 @@ from merkle.db.upserts import normal_key as _normal
 from merkle.errors import SchemaError, UsageError
 from merkle.lazy import compute as pc
 from merkle.tablets.conform import KeyLayout, conform_arrow, conform_records, stored_field
-from merkle.tablets.patches import Patches, insert_field
+from merkle.tablets.patches import Patches, choose, insert_field
 from merkle.tablets.rows import SortedRows, sort_rows
 from merkle.tablets.schema import is_free, show_value
 from merkle.tablets.table import Table
@@ -195,9 +195,7 @@ def updated_rows(
             new.column(name) if name in new.column_names else pa.nulls(len(keys), field.type)
         )
         old_column = out.get(name, pa.nulls(len(keys), field.type))
-        out[name] = pc.if_else(touched, new_column, old_column)
-        if name not in old.table.column_names:
-            out[name] = out[name]
+        out[name] = choose(touched, new_column, old_column)  # keeps the type
     names = [column, *sorted(n for n in out if n != column)]
     fields = [old.table.schema.field(column)] + [
         stored[n] if n in stored else old.table.schema.field(n) for n in names[1:]

@@ -159,17 +159,22 @@ def choose(
     """Per row, ``new`` where ``sets`` is true, else ``old`` (two columns of one type).
 
     ``if_else`` has no kernel for extension types (``pa.uuid()``, ``pa.json_()``, ...),
-    nor for nested types holding one: those are picked with ``take`` from both columns
-    laid end to end, which every type supports.
+    nor for nested types holding one, and gives some types as another (``decimal32``,
+    ``decimal64`` and a negative-scale decimal come back as ``decimal128``): those are
+    picked with ``take`` from both columns laid end to end, which every type supports
+    and which keeps the type.
     """
     try:
-        return pc.if_else(sets, new, old)
+        chosen = pc.if_else(sets, new, old)
     except pa.ArrowNotImplementedError:
-        n = len(new)
-        at = np.arange(n, dtype=np.int64)
-        picks = np.where(sets.to_numpy(zero_copy_only=False), at, at + n)
-        both = pa.chunked_array([*_chunks(new), *_chunks(old)], type=new.type)
-        return both.take(pa.array(picks))
+        chosen = None
+    if chosen is not None and chosen.type == new.type:
+        return chosen
+    n = len(new)
+    at = np.arange(n, dtype=np.int64)
+    picks = np.where(sets.to_numpy(zero_copy_only=False), at, at + n)
+    both = pa.chunked_array([*_chunks(new), *_chunks(old)], type=new.type)
+    return both.take(pa.array(picks))
 
 
 def _chunks(column: pa.Array | pa.ChunkedArray) -> list[pa.Array]:
