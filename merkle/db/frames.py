@@ -61,11 +61,36 @@ def pandas_table(
     data, columns = _index_as_columns(frame, table)
     _check_kinds(data, columns, table)
     _check_keys_present(data, key, table)
-    try:
-        return pa.Table.from_pandas(data, columns=columns, preserve_index=False)
-    except _ARROW_FAILURES:
-        pass
-    return _by_column(data, columns, schema, key, table)
+    typed = _map_columns(data, columns, schema)
+    if not typed:
+        try:
+            return pa.Table.from_pandas(data, columns=columns, preserve_index=False)
+        except _ARROW_FAILURES:
+            pass
+    return _by_column(data, columns, schema, key, table, typed)
+
+
+def _holds_map(kind: pa.DataType) -> bool:
+    if pa.types.is_map(kind):
+        return True
+    return any(_holds_map(kind.field(i).type) for i in range(kind.num_fields))
+
+
+def _map_columns(data: Any, columns: Sequence[Hashable], schema: pa.Schema | None) -> set[str]:
+    """The object columns of fields that hold a map: ``to_pandas`` gives a map as lists
+    of ``(key, value)`` tuples, which inference reads as lists of lists where it can
+    type the entries (``map<string, string>``), so such columns always take the field's
+    type."""
+    if schema is None:
+        return set()
+    typed = set()
+    for name in columns:
+        label = _label(name)
+        if label in schema.names and data[name].dtype == object:
+            field = schema.field(label)
+            if not is_free(field) and _holds_map(field.type):
+                typed.add(label)
+    return typed
 
 
 def _label(name: Hashable) -> str:
@@ -163,19 +188,22 @@ def _by_column(
     schema: pa.Schema | None,
     key: KeyLayout | None,
     table: str,
+    typed: set[str],
 ) -> pa.Table:
-    """The frame converted one column at a time (after the whole-frame conversion failed):
-    a column inference cannot read is typed by the table's field of its name, or named
-    in a UsageError."""
+    """The frame converted one column at a time (after the whole-frame conversion failed,
+    or with ``typed`` columns): a column inference cannot read, and each ``typed`` one,
+    is typed by the table's field of its name, or named in a UsageError."""
     labels = [_label(name) for name in columns]
     arrays = []
     for name, label in zip(columns, labels, strict=True):
         series = data[name]
-        try:
-            arrays.append(pa.array(series, from_pandas=True))
-            continue
-        except _ARROW_FAILURES as exc:
-            failure = exc
+        failure: Exception | None = None
+        if label not in typed:
+            try:
+                arrays.append(pa.array(series, from_pandas=True))
+                continue
+            except _ARROW_FAILURES as exc:
+                failure = exc
         field = schema.field(label) if schema is not None and label in schema.names else None
         if field is None or is_free(field):
             way = (

@@ -84,7 +84,10 @@ def to_pandas(arrow: pa.Table) -> Any:
     pyarrow's default turns an integer column holding nulls into float64, which
     rounds values past 2**53; such columns become pandas' nullable integer types
     (``Int64``, ``UInt8``, ...) instead, so the values come back exact. Integer
-    columns without nulls stay numpy integers, as pyarrow gives them.
+    columns without nulls stay numpy integers, as pyarrow gives them. Integers
+    inside a list or struct that holds nulls come back as Python ints beside
+    None (``integer_object_nulls``), not as floats: a DataFrame written back
+    then stores the values it was given.
     """
     try:
         import pandas
@@ -98,8 +101,9 @@ def to_pandas(arrow: pa.Table) -> Any:
         if pa.types.is_integer(field.type) and arrow.column(i).null_count
     ]
     if not nullable:
-        return arrow.to_pandas()
-    frame = arrow.drop_columns([arrow.column_names[i] for i in nullable]).to_pandas()
+        return arrow.to_pandas(integer_object_nulls=True)
+    rest = arrow.drop_columns([arrow.column_names[i] for i in nullable])
+    frame = rest.to_pandas(integer_object_nulls=True)
     for i in nullable:
         column = arrow.column(i)
         arrow_name = str(column.type)  # int8 ... uint64: pandas' Int8 ... UInt64

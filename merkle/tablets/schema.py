@@ -122,6 +122,8 @@ def plain_type(kind: pa.DataType) -> pa.DataType:
     type, where every value check applies to the storage values (16 bytes of a
     uuid, the text of a json), and cast to :func:`storage_type` after, which Arrow
     does for storage into extension at every depth without changing a value.
+    ``pa.bool8()`` is built as ``bool``, not as its ``int8`` storage: its values
+    read as True and False, and what a read gives writes back.
     """
     return _stored(kind, plain=True)
 
@@ -129,6 +131,8 @@ def plain_type(kind: pa.DataType) -> pa.DataType:
 def _stored(kind: pa.DataType, *, plain: bool) -> pa.DataType:
     types = pa.types
     if plain and isinstance(kind, pa.BaseExtensionType):
+        if kind.extension_name == "arrow.bool8":
+            return pa.bool_()
         return _stored(kind.storage_type, plain=True)
     if types.is_dictionary(kind) or types.is_run_end_encoded(kind):
         return _stored(kind.value_type, plain=plain)
