@@ -142,11 +142,27 @@ def _segment(
     return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
+#: The field metadata by which Arrow names an extension type it does not know (a
+#: user's type not registered in this process): its storage type carries these.
+_EXTENSION_KEYS = (b"ARROW:extension:name", b"ARROW:extension:metadata")
+
+
 def stored_field(field: pa.Field) -> pa.Field:
-    """The segment field that stores a schema field (CBOR-marked binary if schema-free)."""
+    """The segment field that stores a schema field (CBOR-marked binary if schema-free).
+
+    A user's extension type that this process has not registered reads as its
+    storage type with the extension's name in the field's metadata: that
+    metadata is kept, so a segment written here holds the same bytes (and
+    CID) as one written where the type is registered, and reads there as the
+    extension type (plain storage there would not join the extension's other
+    segments).
+    """
     if is_free(field):
         return cbor_field(field.name)
-    return pa.field(field.name, storage_type(field.type))
+    named = {k: v for k, v in (field.metadata or {}).items() if k in _EXTENSION_KEYS}
+    if b"ARROW:extension:name" not in named:
+        return pa.field(field.name, storage_type(field.type))
+    return pa.field(field.name, storage_type(field.type), metadata=named)
 
 
 def _check_names(names: Sequence[str], key: KeyLayout) -> None:

@@ -195,12 +195,13 @@ def can_widen(old: pa.DataType, new: pa.DataType) -> bool:
         return bool(new.bit_width >= old.bit_width)
     if types.is_decimal(old) and types.is_decimal(new):
         return bool(new.scale == old.scale and new.precision >= old.precision)
-    pairs = {
+    pairs = (
         (pa.string(), pa.large_string()),
         (pa.binary(), pa.large_binary()),
         (pa.date32(), pa.date64()),
-    }
-    return (old, new) in pairs
+    )
+    # compared, not hashed: a user's extension type may be unhashable
+    return any(old == a and new == b for a, b in pairs)
 
 
 @dataclass(frozen=True)

@@ -398,6 +398,9 @@ def _merge_column(
             kinds.append((field.type, cbor, field))
     if not kinds:
         return None
+    wrapped = _extension_of_storage(kinds, found, tables)
+    if wrapped is not None:
+        return wrapped
     if len(kinds) == 1:
         target = kinds[0][2]
         pieces = [
@@ -415,6 +418,39 @@ def _merge_column(
             values = column_values(pa.table([entry[1]], schema=pa.schema([entry[0]])), name)
             pieces.append(_cbor_array(name, values, row_number))
     return cbor_field(name), _chunks(pieces, pa.binary())
+
+
+def _extension_of_storage(
+    kinds: Sequence[tuple[pa.DataType, bool, pa.Field]],
+    found: Sequence[tuple[pa.Field, pa.ChunkedArray] | None],
+    tables: Sequence[pa.Table],
+) -> tuple[pa.Field, Any] | None:
+    """A column held as one extension type in some segments and as that type's plain
+    storage in others, as the extension type; None for any other mix.
+
+    A process where a user's extension type was not registered wrote its values
+    as plain storage until the segment field kept the extension's name (see
+    ``conform.stored_field``); those segments are the same values, not another
+    type to join as CBOR (which the extension type could not be read back from).
+    """
+    if len(kinds) < 2 or any(free for _, free, _ in kinds):
+        return None
+    extensions = [kind for kind, _, _ in kinds if isinstance(kind, pa.BaseExtensionType)]
+    if len(extensions) != 1:
+        return None
+    extension = extensions[0]
+    if any(kind != extension and kind != extension.storage_type for kind, _, _ in kinds):
+        return None
+    field = next(field for kind, _, field in kinds if kind == extension)
+    pieces: list[Any] = []
+    for table, entry in zip(tables, found, strict=True):
+        if entry is None:
+            pieces.append(pa.nulls(len(table), extension))
+        elif entry[1].type == extension:
+            pieces.append(entry[1])
+        else:
+            pieces += [pa.ExtensionArray.from_storage(extension, c) for c in entry[1].chunks]
+    return field, _chunks(pieces, extension)
 
 
 def _chunks(pieces: Sequence[Any], kind: pa.DataType) -> pa.ChunkedArray:
