@@ -139,7 +139,11 @@ def _equal(a: pa.Table, b: pa.Table, key_field: str) -> bool:
     ``equals`` compares floats as numbers: -0.0 equals 0.0 (so a commit that only
     changed a sign would be dropped as "no change") and NaN equals no NaN (so
     reloading a file holding one made a new version every time); floats are
-    compared as their bits instead, as the stored blocks would be. Only schema-free
+    compared as their bits instead, as the stored blocks would be, at any depth
+    (:func:`as_bits` reaches into every nested layout: one it left out, a list
+    view, a union, an extension type, was compared as numbers and a write of
+    -0.0 over 0.0 there was lost). :func:`rows_equal` uses the same rule, so a
+    NaN over a NaN with another payload is a change to both. Only schema-free
     (CBOR) columns may differ in bytes and still hold what the diff calls equal (a
     dict written in another order): those are held to the diff's rule
     (:func:`rows_equal`); a typed column that differs is a change.

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import math
 import re
+import struct
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -101,6 +103,27 @@ def _encode_datetime(encoder: cbor2.CBOREncoder, value: datetime.datetime) -> No
         encoder.encode_datetime(value)
 
 
+#: The NaN cbor2 writes for every NaN (``f9 7e 00``, a half float); it reads back as
+#: the float of these bits, so only a NaN of these bits keeps its bytes.
+_QUIET_NAN_BITS = 0x7FF8000000000000
+
+
+def _encode_float(encoder: cbor2.CBOREncoder, value: float) -> None:
+    """A float as cbor2 writes it, except a NaN of other bits (a payload, a sign, a
+    signalling NaN): 64-bit (``fb`` + 8 bytes big-endian), which reads back with its bits.
+
+    cbor2 writes every NaN as the half float ``f9 7e 00``, which reads back as the
+    quiet NaN ``0x7ff8000000000000``: a schema-free NaN lost its payload and sign
+    (a typed float64 keeps them). The quiet NaN and every other float keep their
+    bytes, so values stored before read and compare as they did.
+    """
+    raw = struct.pack(">d", value)
+    if math.isnan(value) and int.from_bytes(raw) != _QUIET_NAN_BITS:
+        encoder.write(b"\xfb" + raw)
+    else:
+        encoder.encode_float(value)
+
+
 def _encode_other(encoder: cbor2.CBOREncoder, value: Any) -> None:
     if isinstance(value, np.generic):
         encoder.encode(value.item())
@@ -110,8 +133,9 @@ def _encode_other(encoder: cbor2.CBOREncoder, value: Any) -> None:
 
 #: Every Decimal cbor2 encodes holds one of these bytes: 0xC4 (tag 4, a finite
 #: Decimal) or 0xF9 (a half float: how it writes a NaN or an infinity). Bytes with
-#: neither hold no Decimal, so only values whose bytes match are encoded again,
-#: with the encoder that checks each Decimal (:func:`_check_decimal`).
+#: neither hold no Decimal and no NaN, so only values whose bytes match are encoded
+#: again, with the encoders that check each Decimal (:func:`_check_decimal`) and keep
+#: each NaN's bits (:func:`_encode_float`).
 _MAY_HOLD_DECIMAL = re.compile(b"[\xc4\xf9]")
 
 
@@ -120,9 +144,10 @@ def _cbor_encode(value: Any) -> bytes:
 
     Equal values written in the same order give equal bytes. The fast encoder
     is tried first; the slower one with our own encoders (the private tag of a
-    naive datetime, the check of a Decimal) only when it refuses the value (a
-    naive datetime) or its bytes may hold a Decimal. Both give the same bytes
-    for every value they both take.
+    naive datetime, the check of a Decimal, a NaN's bits) only when it refuses the
+    value (a naive datetime) or its bytes may hold a Decimal or a NaN. Both give
+    the same bytes for every value they both take, but for a NaN whose bits are
+    not the quiet NaN's, which only the slower one keeps.
     """
     if type(value) is decimal.Decimal:  # a column of Decimals: checked without a 2nd pass
         _check_decimal(value)
@@ -147,6 +172,9 @@ def _cbor_encode(value: Any) -> bytes:
 _CBOR_ENCODERS: dict[type, Callable[[cbor2.CBOREncoder, Any], Any]] = {
     datetime.datetime: _encode_datetime,
     decimal.Decimal: _encode_decimal,
+    # cbor2 looks encoders up by exact type: numpy's float64 scalar is a float too.
+    float: _encode_float,
+    np.float64: _encode_float,
 }
 
 

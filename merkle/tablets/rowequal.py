@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import decimal
-import math
 import struct
 from collections.abc import Callable, Hashable, Mapping
 
@@ -36,7 +35,9 @@ def rows_equal(left: pa.Table, right: pa.Table, key_field: str) -> np.ndarray:
     A missing column and a null are the same (None is absent); CBOR cells
     whose bytes differ are compared as decoded values by :func:`same_value`
     (a map written in another order is equal; ``Decimal('1.0')`` and
-    ``Decimal('1.00')`` are not); NaN equals NaN, and -0.0 differs from 0.0.
+    ``Decimal('1.00')`` are not); floats are compared as their bits, so -0.0
+    differs from 0.0 and a NaN equals a NaN of the same bits but not one with
+    another payload or sign (which reads back differently).
     """
     n = left.num_rows
     if not n:
@@ -95,21 +96,17 @@ def _values_equal(
     out = np.zeros(len(x), dtype=bool)
     bits = _bits_type(field.type)
     try:
-        if pa.types.is_floating(field.type):
-            # As bits, so that -0.0 differs from 0.0 (a change a merge must carry).
-            out = flags(pc.equal(x.view(bits), y.view(bits)))
-            out |= flags(pc.is_nan(x)) & flags(pc.is_nan(y))
-        else:
-            # Nested floats as bits too: equal bits are equal values; cells whose bits
-            # differ may still hold NaN on both sides, which the decoded pass decides.
-            out = flags(pc.equal(x.view(bits), y.view(bits)) if bits != x.type else pc.equal(x, y))
+        # Floats (nested ones too) as bits, so that -0.0 differs from 0.0 (a change a
+        # merge must carry), and a NaN from a NaN with another payload: what the commit
+        # calls a change (merkle.db.noop compares bits), since it reads back differently.
+        out = flags(pc.equal(x.view(bits), y.view(bits)) if bits != x.type else pc.equal(x, y))
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, TypeError):
         pass
     else:
-        if not is_cbor_field(field) and (bits == field.type or out[check].all()):
+        if not is_cbor_field(field):
             return out
-    # Decoded comparison where the fast path could not decide (lists, structs, nested
-    # floats whose bits differ, CBOR bytes that differ: equal bytes are equal values).
+    # Decoded comparison where the fast path could not decide (lists, structs, unions,
+    # CBOR bytes that differ: equal bytes are equal values).
     todo = np.flatnonzero(check & ~out)
     if len(todo):
         take = pa.array(todo, type=pa.int64())
@@ -123,47 +120,85 @@ def _values_equal(
 def _decoded(table: pa.Table, name: str, field: pa.Field) -> list[object]:
     """The values of column ``name`` as Python, for :func:`same_value`.
 
-    Times with nanoseconds (inside a list, struct or map: a flat one is decided by
-    the fast path) have no Python form, and reading them as records is refused
+    A typed column is read with its floats as their bits and its nanosecond times
+    as their ticks (:func:`_exact_type`), at any depth. Times with nanoseconds
+    (inside a list, struct or map: a flat one is decided by the fast path) have no
+    Python form, and reading them as records is refused
     (:func:`~merkle.tablets.micros.in_micros`), which made a diff or merge of a
-    change there fail; they are compared as their ticks (int64), which are exact.
+    change there fail. A float16 or float32 becomes a Python float by a conversion
+    that makes a signalling NaN quiet, so two NaNs whose stored bits differ could
+    read as one value: a change the commit counts (it compares bits) and the diff
+    did not.
     """
-    if is_cbor_field(field) or not holds_nanos(field.type):
+    exact = _exact_type(field.type)
+    if is_cbor_field(field) or exact == field.type:
         return column_values(table, name)
-    ticks = _ticks_type(field.type)
     try:
         column = table.column(name)
         values: list[object] = pa.chunked_array(
-            [c.view(ticks) for c in column.chunks], ticks
+            [c.view(exact) for c in column.chunks], exact
         ).to_pylist()
         return values
     except (pa.ArrowNotImplementedError, pa.ArrowInvalid, TypeError):
         return column_values(table, name)  # a layout not rebuilt here: as before
 
 
-def _ticks_type(t: pa.DataType) -> pa.DataType:
-    """``t`` with each nanosecond time type (at any depth) replaced by int64, its ticks."""
-    return _leaves_mapped(
-        t, lambda leaf: pa.int64() if holds_nanos(leaf) and not leaf.num_fields else leaf
-    )
+def _exact_type(t: pa.DataType) -> pa.DataType:
+    """``t`` with each float type replaced by the integer of its width (its bits) and each
+    nanosecond time type by int64 (its ticks), at any depth: integers that compare
+    exactly where the Python values would not."""
+
+    def leaf(kind: pa.DataType) -> pa.DataType:
+        if pa.types.is_floating(kind):
+            return _FLOAT_BITS[kind.bit_width]
+        return pa.int64() if holds_nanos(kind) and not kind.num_fields else kind
+
+    return _leaves_mapped(t, leaf)
 
 
 def _leaves_mapped(t: pa.DataType, leaf: Callable[[pa.DataType], pa.DataType]) -> pa.DataType:
-    """``t`` with each type that is not a list, map or struct replaced by ``leaf`` of it
-    (a fixed-size list becomes a list of that size), at any depth."""
-    if pa.types.is_map(t):
-        key, item = _leaves_mapped(t.key_type, leaf), _leaves_mapped(t.item_type, leaf)
+    """``t`` with each type that holds no other type replaced by ``leaf`` of it, at any
+    depth: inside every list layout (a fixed-size list becomes a list of that size),
+    maps, structs, unions, dictionaries, run-end encodings and extension types (whose
+    storage is mapped: ``t`` itself when nothing in it changes).
+
+    A layout this left out was compared as it was: Arrow compares its floats as
+    numbers, so a commit writing -0.0 over 0.0 inside a list view, a union or an
+    extension type was "no change" and the write was lost.
+    """
+    types = pa.types
+    if isinstance(t, pa.BaseExtensionType):
+        storage = _leaves_mapped(t.storage_type, leaf)
+        return t if storage == t.storage_type else storage
+    if types.is_map(t):
+        key = t.key_field.with_type(_leaves_mapped(t.key_type, leaf))
+        item = t.item_field.with_type(_leaves_mapped(t.item_type, leaf))
         return pa.map_(key, item, t.keys_sorted)
-    if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_leaves_mapped(t.value_type, leaf)))
-    if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_leaves_mapped(t.value_type, leaf)))
-    if pa.types.is_fixed_size_list(t):
+    if types.is_fixed_size_list(t):
         value = t.value_field.with_type(_leaves_mapped(t.value_type, leaf))
         return pa.list_(value, t.list_size)
-    if pa.types.is_struct(t):
+    for test, make in _LIST_LAYOUTS:
+        if test(t):
+            return make(t.value_field.with_type(_leaves_mapped(t.value_type, leaf)))
+    if types.is_struct(t):
         return pa.struct([field.with_type(_leaves_mapped(field.type, leaf)) for field in t])
+    if types.is_union(t):
+        fields = [field.with_type(_leaves_mapped(field.type, leaf)) for field in t]
+        return pa.union(fields, t.mode, list(t.type_codes))
+    if types.is_dictionary(t):
+        return pa.dictionary(t.index_type, _leaves_mapped(t.value_type, leaf), t.ordered)
+    if types.is_run_end_encoded(t):
+        return pa.run_end_encoded(t.run_end_type, _leaves_mapped(t.value_type, leaf))
     return leaf(t)
+
+
+_ListLayout = tuple[Callable[[pa.DataType], bool], Callable[[pa.Field], pa.DataType]]
+_LIST_LAYOUTS: tuple[_ListLayout, ...] = (
+    (pa.types.is_list, pa.list_),
+    (pa.types.is_large_list, pa.large_list),
+    (pa.types.is_list_view, pa.list_view),
+    (pa.types.is_large_list_view, pa.large_list_view),
+)
 
 
 _FLOAT_BITS = {16: pa.int16(), 32: pa.int32(), 64: pa.int64()}
@@ -203,7 +238,10 @@ def same_value(p: object, q: object) -> bool:
     ``1 == True`` as a dict key; each of those pairs reads back differently, so
     comparing with ``==`` made such a write no change to a diff and a merge of it
     silently kept the old value. And ``==`` says NaN differs from NaN, which made
-    an unchanged NaN a change. So floats compare as bits (any NaN equals any NaN),
+    an unchanged NaN a change. So floats compare as bits (a NaN equals a NaN of the
+    same bits; one with another payload or sign reads back differently, and the
+    commit, which compares stored bits, makes a version for it: calling it equal
+    here gave that version an empty diff),
     Decimals by sign, digits and exponent, datetimes by wall time and UTC offset,
     containers item by item with these rules. A dict's key order is the one
     difference that is not a change (doc/versions.md).
@@ -229,7 +267,7 @@ def _same_maps(p: Mapping[object, object], q: Mapping[object, object]) -> bool:
     theirs = {_token(k): v for k, v in q.items()}
     mine = {_token(k): v for k, v in p.items()}
     if len(theirs) != len(q) or len(mine) != len(p):
-        # Keys only Python tells apart (two NaN keys): compare in order.
+        # Keys only Python tells apart (two NaN keys of the same bits): compare in order.
         return all(same_value(a, b) for a, b in zip(p.items(), q.items(), strict=True))
     return mine.keys() == theirs.keys() and all(same_value(v, theirs[k]) for k, v in mine.items())
 
@@ -242,7 +280,7 @@ def _token(v: object) -> Hashable:
     """
     kind = type(v)
     if isinstance(v, float):
-        return (kind, "nan") if math.isnan(v) else (kind, struct.pack("<d", v))
+        return (kind, struct.pack("<d", v))  # the bits: -0.0 and each NaN payload apart
     if isinstance(v, decimal.Decimal):
         return (kind, v.as_tuple())
     if isinstance(v, datetime.datetime):
