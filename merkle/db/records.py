@@ -256,7 +256,7 @@ class RecordOps:
     ) -> Any:
         """The table (or a key range of it, as ``to_arrow``) as a pandas DataFrame
         (``merkle-db[pandas]``)."""
-        from merkle.db.streams import to_pandas
+        from merkle.db.dataframes import to_pandas
 
         return to_pandas(self.to_arrow(table, fields, from_pk=from_pk, to_pk=to_pk))
 
@@ -269,7 +269,7 @@ class RecordOps:
     ) -> Any:
         """The table (or a key range of it, as ``to_arrow``) as a Polars DataFrame
         (``merkle-db[polars]``)."""
-        from merkle.db.streams import to_polars
+        from merkle.db.dataframes import to_polars
 
         return to_polars(self.to_arrow(table, fields, from_pk=from_pk, to_pk=to_pk))
 

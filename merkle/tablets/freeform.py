@@ -33,6 +33,7 @@ from merkle.tablets.cbor import (
 )
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.micros import FREE_NANOS, in_micros
+from merkle.tablets.pylimits import failing_kind, python_limit
 
 __all__ = [
     "arrow_to_records",
@@ -344,10 +345,31 @@ def python_values(
         else f"the value of the record with key {show(key_of(position))}"
     )
     raise UsageError(
-        f"field {name!r} ({column.type}): {where} has no Python form ({error}; a datetime "
-        "holds years 1 to 9999 in the field's time zone): read it as Arrow (to_arrow, "
+        f"field {name!r} ({column.type}): {where} has no Python form "
+        f"({_why(column, position, convert, error)}): read it as Arrow (to_arrow, "
         "to_batches, get_arrow), where it is kept exactly"
     ) from None
+
+
+def _why(
+    column: pa.ChunkedArray,
+    position: int | None,
+    convert: Callable[[pa.ChunkedArray], list[Any]],
+    error: Exception,
+) -> str:
+    """Why the value at ``position`` has no Python form: the limit of the kind of value
+    that fails (a duration's days, a date's years), inside a nested value too; the
+    conversion's own error when the kind has no known limit."""
+    kind: pa.DataType | None = column.type
+    if position is not None and not pa.types.is_timestamp(column.type):
+        kind = failing_kind(column.slice(position, 1).combine_chunks())
+    top = kind == column.type
+    limit = None if kind is None else python_limit(kind, top=top)
+    if limit is None:
+        return str(error)
+    if top:
+        return limit
+    return f"it holds a {kind} value beyond that: {limit}"
 
 
 def _first_failing(
