@@ -22,7 +22,13 @@ from merkle.db.upserts import merged_record as _merged
 from merkle.db.upserts import normal_key as _normal
 from merkle.errors import SchemaError, UsageError
 from merkle.lazy import compute as pc
-from merkle.tablets.conform import KeyLayout, conform_arrow, conform_records, stored_field
+from merkle.tablets.conform import (
+    KeyLayout,
+    conform_arrow,
+    conform_records,
+    filtered,
+    stored_field,
+)
 from merkle.tablets.patches import Patches, choose, insert_field
 from merkle.tablets.rows import SortedRows, sort_rows
 from merkle.tablets.schema import is_free, show_value
@@ -252,7 +258,7 @@ def deleted_keys(table: Table, predicate: Any) -> list[Any]:
             row = _row_column(present.column_names)
             rows = present.append_column(row, pa.array(range(raw.num_rows), pa.int64()))
             try:
-                chosen = rows.filter(predicate).column(row)
+                chosen = filtered(rows, predicate).column(row)
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
                 # Arrow lists the columns it had: not the row numbers added here.
                 why = "\n".join(line for line in str(exc).splitlines() if row not in line)

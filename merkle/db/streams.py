@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from merkle.errors import UsageError
 from merkle.lazy import compute as pc
+from merkle.tablets.conform import filtered
 from merkle.tablets.table import Table
 
 __all__ = ["batch_reader", "check_filter"]
@@ -68,7 +69,7 @@ def _filter(rows: pa.Table, predicate: pc.Expression) -> pa.Table:
     """The rows ``predicate`` keeps; UsageError when it cannot be evaluated on them (a
     field the table does not hold, a comparison of mismatched types, a non-boolean)."""
     try:
-        return rows.filter(predicate)
+        return filtered(rows, predicate)
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
         raise UsageError(
             f"filter {predicate} cannot be evaluated on the table's rows: {exc}"

@@ -70,6 +70,7 @@ __all__ = [
     "codec_for_types",
     "conform_arrow",
     "conform_records",
+    "filtered",
     "fit_column",
     "present",
     "present_records",
@@ -432,6 +433,38 @@ def _restore(column: Any, kind: pa.DataType, name: str = "") -> Any:
     if pa.types.is_run_end_encoded(kind):
         return pc.run_end_encode(_restore(column, kind.value_type), run_end_type=kind.run_end_type)
     return cast_to(column, kind)  # a plain cast, or dictionaries Arrow does not cast to
+
+
+def filtered(rows: pa.Table, predicate: Any) -> pa.Table:
+    """``rows.filter(predicate)`` of rows in the user's types (``predicate`` a
+    ``pyarrow.compute.Expression``).
+
+    Arrow has no filter kernel for string and binary views nor for run-end
+    encoded columns (at any depth): such columns are filtered in their stored
+    form (:func:`~merkle.tablets.schema.storage_type`, which the predicate
+    compares as it would the declared type) and given their types back after,
+    as a read gives them.
+    """
+    try:
+        return rows.filter(predicate)
+    except pa.ArrowNotImplementedError:
+        if all(storage_type(field.type) == field.type for field in rows.schema):
+            raise
+    plain = [_stored_column(column) for column in rows.columns]
+    kept = pa.Table.from_arrays(plain, names=rows.column_names).filter(predicate)
+    columns = [
+        _restore(kept.column(i), field.type, field.name) for i, field in enumerate(rows.schema)
+    ]
+    return pa.Table.from_arrays(columns, schema=rows.schema)
+
+
+def _stored_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    stored = storage_type(column.type)
+    if stored == column.type:
+        return column
+    if pa.types.is_run_end_encoded(column.type):
+        column = pc.run_end_decode(column)  # no cast kernel from run-end encoding
+    return column.cast(stored)
 
 
 def _wanted(schema: pa.Schema, key: KeyLayout, fields: Sequence[str] | None) -> list[pa.Field]:
