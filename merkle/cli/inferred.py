@@ -44,10 +44,11 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 from merkle.cli.common import CliError
+from merkle.cli.content import BOM
 from merkle.cli.jsonrefusal import first_refused, json_rows
+from merkle.cli.rendered import is_binary
 from merkle.cli.sources import (
     BLOCK_SIZE,
-    BOM,
     ReadOptions,
     Source,
     csv_parse_options,
@@ -83,7 +84,7 @@ def check_inferred(
         if name in given:
             continue
         kind = column.type
-        if (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)) and name not in binary_ok:
+        if is_binary(kind) and name not in binary_ok:
             raise CliError(_binary_message(source, name, column, first_row))
         if pa.types.is_floating(kind) and _all_integral(column):
             suspects.append(name)

@@ -455,8 +455,8 @@ def _read_options(
         # A new key: learn its type without null values, so they never touch it.
         learned = peek_types(source, options, unknown)
         options = replace(options, key_types={**options.key_types, **learned})
-    binary = [f.name for f in table_schema or () if pa.types.is_binary(f.type)]
-    binary += [name for name, kind in declared.items() if pa.types.is_binary(kind)]
+    binary = [f.name for f in table_schema or () if is_binary(f.type)]
+    binary += [name for name, kind in declared.items() if is_binary(kind)]
     return options, binary
 
 

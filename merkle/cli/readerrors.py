@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
 from merkle.cli.jsonrefusal import first_refused, json_rows, refusal
-from merkle.cli.rendered import BadValueError, example
+from merkle.cli.rendered import BadValueError, example, is_binary
 from merkle.cli.sources import (
     BLOCK_SIZE,
     Input,
@@ -205,7 +205,7 @@ def locate_csv_error(
 
 def _unconvertible(value: bytes, target: pa.DataType, name: str) -> str | None:
     """Why the CSV cell ``value`` of column ``name`` is not a ``target`` (None when it is)."""
-    if pa.types.is_binary(target) or pa.types.is_large_binary(target):
+    if is_binary(target):
         return None
     try:
         text = value.decode("utf-8")

@@ -3,11 +3,21 @@
 ``merkle.cli.output`` renders what JSON has no type for as text: bytes as
 lowercase hex, dates, times and timestamps as ISO-8601, durations as Python
 writes a ``timedelta`` (``1 day, 0:00:05``), decimals as their digits, NaN and
-the infinities as ``"NaN"``, ``"Infinity"``, ``"-Infinity"``; a CSV cell of a
-list, struct or map holds its compact JSON. Read without the table's types,
-that text would be stored as strings (or refused by pyarrow). Here each value
-is read back by its field's Arrow type, the inverse of the rendering, so that
-``merkle load`` of a table's own export gives back the records it holds.
+the infinities as ``"NaN"``, ``"Infinity"``, ``"-Infinity"``, a ``pa.uuid()``
+as its text, a month_day_nano interval as ``[months, days, nanoseconds]``; a
+CSV cell of a list, struct, map or interval holds its compact JSON. Read
+without the table's types, that text would be stored as strings (or refused
+by pyarrow). Here each value is read back by its field's Arrow type, the
+inverse of the rendering, so that ``merkle load`` of a table's own export
+gives back the records it holds. Every type of bytes (:func:`is_binary`:
+views, dictionaries and extension storage too, at any depth) is read from
+hex; a dictionary or run-end encoded field as its values, ``pa.bool8()`` as
+true or false. Values are built in the field's plain type
+(``merkle.tablets.schema.plain_type``), as the write path builds records.
+
+No value is rounded or cut on the way (doc/cli.md): a number float32 or
+float16 holds only rounded (``0.1``), and a fraction of a second finer than
+a duration's unit, are refused as ``Database.write`` refuses them.
 
 A value that does not convert raises :class:`BadValueError`, which says what the
 field's values must look like.
@@ -21,6 +31,7 @@ import decimal
 import json
 import math
 import re
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +39,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from merkle.errors import UsageError
-from merkle.tablets.schema import is_list_type
+from merkle.tablets.fits import loss_check, text_kind
+from merkle.tablets.schema import is_list_type, plain_type
 
 __all__ = [
     "BadValueError",
@@ -66,9 +78,36 @@ class BadValueError(UsageError):
 
 
 def is_binary(kind: pa.DataType) -> bool:
-    """Whether ``kind`` holds bytes: binary, large_binary or fixed_size_binary."""
-    checks = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_fixed_size_binary)
-    return any(check(kind) for check in checks)
+    """Whether ``kind`` holds bytes: binary, large_binary, binary_view, fixed_size_binary,
+    a dictionary of them, or an extension type stored as them (``merkle.tablets.fits.
+    text_kind``). Every path that reads bytes as hex asks this one question, so that no
+    type of bytes gets the hex text itself stored as its bytes."""
+    return text_kind(kind) == "binary"
+
+
+def _is_uuid(kind: pa.DataType) -> bool:
+    """Whether ``kind`` is ``pa.uuid()``, which the output writes as a UUID's text."""
+    return isinstance(kind, pa.BaseExtensionType) and kind.extension_name == "arrow.uuid"
+
+
+def _unwrapped(kind: pa.DataType) -> pa.DataType | None:
+    """The type whose values stand for those of ``kind`` (None: ``kind``'s own): a
+    dictionary's and a run-end encoded type's values, ``bool`` for ``pa.bool8()`` (read
+    as True and False), another extension type's storage. ``pa.uuid()`` is its own."""
+    if pa.types.is_dictionary(kind) or pa.types.is_run_end_encoded(kind):
+        return kind.value_type
+    if isinstance(kind, pa.BaseExtensionType) and not _is_uuid(kind):
+        return pa.bool_() if kind.extension_name == "arrow.bool8" else kind.storage_type
+    return None
+
+
+def _json_in_cell(kind: pa.DataType) -> bool:
+    """Whether a CSV cell of a field of ``kind`` holds JSON: a list, struct or map, an
+    interval (``[1,2,3]``) and a bool of an extension type (``true``)."""
+    plain = plain_type(kind)
+    return bool(
+        pa.types.is_nested(plain) or pa.types.is_interval(plain) or pa.types.is_boolean(plain)
+    )
 
 
 def needs_converting(kind: pa.DataType, fmt: str) -> bool:
@@ -94,8 +133,13 @@ def needs_converting(kind: pa.DataType, fmt: str) -> bool:
 
 def example(kind: pa.DataType) -> str:
     """How a value of ``kind`` is written, as ``merkle scan`` writes one."""
-    if pa.types.is_dictionary(kind):
-        return example(kind.value_type)
+    if _is_uuid(kind):
+        return "a UUID such as 12345678-1234-5678-1234-567812345678"
+    inner = _unwrapped(kind)
+    if inner is not None:
+        return example(inner)
+    if pa.types.is_interval(kind):
+        return "[months, days, nanoseconds], such as [1, 2, 3]"
     if pa.types.is_fixed_size_binary(kind):
         return f"{kind.byte_width} bytes in hexadecimal, such as {'00' * kind.byte_width}"
     if is_binary(kind):
@@ -138,6 +182,24 @@ def _from_hex(value: Any, kind: pa.DataType) -> bytes:
     if match is None:
         raise _fail(kind, value)
     return bytes.fromhex(match.group(1))
+
+
+def _from_uuid(value: Any, kind: pa.DataType) -> bytes:
+    try:
+        return uuid.UUID(_text(value, kind).strip()).bytes
+    except ValueError:
+        raise _fail(kind, value) from None
+
+
+def _from_interval(value: Any, kind: pa.DataType) -> pa.MonthDayNano:
+    """``[months, days, nanoseconds]``, as the output writes a month_day_nano interval."""
+    if (
+        not isinstance(value, list)
+        or len(value) != 3
+        or not all(isinstance(part, int) and not isinstance(part, bool) for part in value)
+    ):
+        raise _fail(kind, value)
+    return pa.MonthDayNano(value)
 
 
 def _from_float(value: Any, kind: pa.DataType) -> float:
@@ -196,18 +258,32 @@ def _from_decimal(value: Any, kind: pa.DataType) -> decimal.Decimal:
     return number
 
 
-def _from_duration(value: Any, kind: pa.DataType) -> datetime.timedelta:
+#: A duration's count of its unit per microsecond (ns), or microseconds per unit.
+_PER_MICRO = {"ns": 1000, "us": 1}
+_MICROS_PER = {"ms": 1000, "s": 1_000_000}
+
+
+def _from_duration(value: Any, kind: pa.DataType) -> int:
+    """A duration as ``str(timedelta)`` writes it, as the count of ``kind``'s unit that
+    the field stores. pyarrow's own conversion of a ``timedelta`` overflows near the ends
+    of int64 (the least ``duration[us]``, ``-106751992 days, 19:59:05.224193``), and cuts
+    a fraction of a second finer than the unit without a word: this neither."""
     match = _DURATION.fullmatch(_text(value, kind).strip())
     if match is None:
         raise _fail(kind, value)
     days, hours, minutes, seconds, micros = match.groups()
-    return datetime.timedelta(
-        days=int(days or 0),
-        hours=int(hours),
-        minutes=int(minutes),
-        seconds=int(seconds),
-        microseconds=int(micros or 0),
-    )
+    whole = ((int(days or 0) * 24 + int(hours)) * 60 + int(minutes)) * 60 + int(seconds)
+    count = whole * 1_000_000 + int(micros or 0)
+    if kind.unit in _PER_MICRO:
+        return count * _PER_MICRO[kind.unit]
+    step = _MICROS_PER[kind.unit]
+    if count % step:
+        raise BadValueError(
+            f"has a fraction of a second finer than the field's unit ({kind.unit}): "
+            f"write {example(kind)}",
+            value,
+        )
+    return count // step
 
 
 def _from_iso(parse: Callable[[str], Any]) -> Callable[[Any, pa.DataType], Any]:
@@ -239,8 +315,17 @@ def from_rendered(value: Any, kind: pa.DataType) -> Any:
     stands for: the inverse of ``merkle.cli.output.jsonable``. BadValueError if it is none."""
     if value is None:
         return None
-    if pa.types.is_dictionary(kind):
-        return from_rendered(value, kind.value_type)
+    if _is_uuid(kind):
+        return _from_uuid(value, kind)
+    inner = _unwrapped(kind)
+    if inner is not None:
+        try:
+            return from_rendered(value, inner)
+        except BadValueError as exc:  # named by the field's own type (bool8, not bool)
+            exc.reason = exc.reason.replace(f"is not {inner}:", f"is not {kind}:", 1)
+            raise
+    if pa.types.is_interval(kind):
+        return _from_interval(value, kind)
     if is_list_type(kind):
         if not isinstance(value, list):
             raise _fail(kind, value)
@@ -295,8 +380,6 @@ def _in_micros(kind: pa.DataType) -> pa.DataType | None:
     """The microsecond type Python's values of ``kind`` are built in (None: ``kind``)."""
     if pa.types.is_timestamp(kind) and kind.unit != "us":
         return pa.timestamp("us", tz=kind.tz)
-    if pa.types.is_duration(kind) and kind.unit != "us":
-        return pa.duration("us")
     if pa.types.is_time(kind) and kind.unit != "us":
         return pa.time64("us")
     return None
@@ -320,27 +403,106 @@ def _out_of_range(given: pa.Array, result: pa.Array, kind: pa.DataType) -> None:
         raise beyond_range(kind, given[row].as_py(), row)
 
 
+def _rounded(kind: pa.DataType, value: Any, near: Any, row: int | None = None) -> BadValueError:
+    """The error for a number the float type ``kind`` holds only as ``near``: the text
+    paths refuse it as Parquet's and ``Database.write`` do (doc/cli.md, "No value is
+    rounded"), and say what is held and how to keep the number."""
+    name = f"float{kind.bit_width}"
+    return BadValueError(
+        f"is not a {name} number ({name} holds it only as {near!r}): write a number "
+        f"{name} holds, or widen the field to float64 (merkle table alter DB TABLE "
+        "--widen FIELD:float64)",
+        value,
+        row,
+    )
+
+
+def _refuse_rounded(given: pa.Array, result: pa.Array, kind: pa.DataType) -> None:
+    """BadValueError for the first row of ``result`` (``given``, text or numbers,
+    converted to the narrow float type ``kind``) that is not the number ``given`` is:
+    pyarrow rounds ``0.1`` into float32 without a word. ``given`` is compared as float64,
+    the number a JSON or CSV number is (and that ``merkle scan`` writes a float32 as)."""
+    if not pa.types.is_floating(kind) or pa.types.is_float64(kind):
+        return
+    try:
+        wide = given.cast(pa.float64())
+    except (pa.ArrowException, ValueError):
+        return  # not numbers: the conversion refused them already
+    back = result.cast(pa.float64())
+    same = pc.or_(pc.equal(wide, back), pc.and_(pc.is_nan(wide), pc.is_nan(back)))
+    row = pc.index(pc.fill_null(same, True), False).as_py()
+    if row is not None and row >= 0:
+        raise _rounded(kind, given[row].as_py(), back[row].as_py(), row)
+
+
+def _build(values: list[Any], plain: pa.DataType) -> pa.Array:
+    """``values`` as an Array of ``plain`` (a :func:`~merkle.tablets.schema.plain_type`;
+    a time or timestamp built in microseconds, then cast to its unit, which refuses a
+    value with a finer fraction)."""
+    wide = _in_micros(plain)
+    return pa.array(values, wide).cast(plain) if wide is not None else pa.array(values, plain)
+
+
+def _as_type(array: pa.Array, kind: pa.DataType) -> pa.Array:
+    """``array`` (of ``plain_type(kind)``) cast to ``kind``: storage into its extension
+    type, text into a dictionary or view. Arrow has no cast into a run-end encoded type;
+    such a column is left as its values, which the write encodes as the field is."""
+    if array.type == kind:
+        return array
+    try:
+        return array.cast(kind)
+    except pa.ArrowNotImplementedError:
+        return array
+
+
 def typed_array(values: list[Any], kind: pa.DataType) -> pa.Array:
     """``values`` (converted by :func:`from_rendered`) as an Array of ``kind``; a value
-    the type cannot hold exactly (a time with microseconds in ``time32[s]``) is a
-    BadValueError, never truncated, and a number beyond a float type's range (1e39
-    in float32) one, never made Infinity."""
-    wide = _in_micros(kind)
+    the type cannot hold exactly (a time with microseconds in ``time32[s]``, ``0.1`` in
+    float32) is a BadValueError, never truncated or rounded, and a number beyond a float
+    type's range (1e39 in float32) one, never made Infinity.
+
+    The values are built in ``kind``'s plain type (``merkle.tablets.schema.plain_type``:
+    bool for ``pa.bool8()``, 16 bytes for ``pa.uuid()``, binary for ``binary_view``),
+    as the write path builds records, and cast to ``kind`` after."""
+    plain = plain_type(kind)
     array = None
     with contextlib.suppress(pa.ArrowException, ValueError, TypeError, OverflowError):
-        array = pa.array(values, wide).cast(kind) if wide is not None else pa.array(values, kind)
-    if array is not None:
-        if pa.types.is_floating(kind) and not pa.types.is_float64(kind):
-            _out_of_range(pa.array(values, pa.float64()), array, kind)
-        return array
-    for row, value in enumerate(values):  # the first value that does not fit
-        try:
-            array = pa.array([value], wide or kind)
-            if wide is not None:
-                array.cast(kind)
-        except (pa.ArrowException, ValueError, TypeError, OverflowError):
-            raise BadValueError(f"does not fit {kind}: write {example(kind)}", None, row) from None
-    raise BadValueError(f"does not fit {kind}: write {example(kind)}", None, None)
+        array = _build(values, plain)
+    if array is None:
+        for row, value in enumerate(values):  # the first value that does not fit
+            try:
+                _build([value], plain)
+            except (pa.ArrowException, ValueError, TypeError, OverflowError):
+                raise BadValueError(
+                    f"does not fit {kind}: write {example(kind)}", None, row
+                ) from None
+        raise BadValueError(f"does not fit {kind}: write {example(kind)}", None, None)
+    if pa.types.is_floating(plain) and not pa.types.is_float64(plain):
+        given = pa.array(values, pa.float64())
+        _out_of_range(given, array, plain)
+        _refuse_rounded(given, array, plain)
+    elif pa.types.is_nested(plain):
+        _refuse_nested_loss(values, plain)
+    return _as_type(array, kind)
+
+
+def _refuse_nested_loss(values: list[Any], plain: pa.DataType) -> None:
+    """BadValueError for the first value with a value inside (a list's item, a struct's
+    member) that pyarrow would round or cut without a word: ``0.1`` in float32, a time
+    with a fraction of a second finer than its unit (``merkle.tablets.fits.loss_check``,
+    the check ``Database.write`` makes of records; a duration's fraction is refused as
+    it is read)."""
+    check = loss_check(plain)
+    if check is None:
+        return
+    for row, value in enumerate(values):
+        lost = None if value is None else check(value)
+        if lost:
+            raise BadValueError(
+                f"is not {plain} ({lost}): write values the field's type holds",
+                None,
+                row,
+            )
 
 
 #: The end of an ISO-8601 time that names its zone: ``12:00:00Z``, ``12:00+02:00``.
@@ -372,7 +534,16 @@ def typed_column(column: pa.Array, kind: pa.DataType, cells: bool) -> pa.Array:
     whose list, struct or map is written as JSON."""
     if column.type == kind:
         return column
-    casts = (pa.types.is_date, pa.types.is_timestamp, pa.types.is_decimal, pa.types.is_floating)
+    if pa.types.is_dictionary(kind) or pa.types.is_run_end_encoded(kind):
+        return _as_type(typed_column(column, kind.value_type, cells), kind)
+    casts: tuple[Callable[[pa.DataType], bool], ...] = (
+        pa.types.is_date,
+        pa.types.is_timestamp,
+        pa.types.is_decimal,
+        pa.types.is_floating,
+    )
+    if pa.types.is_string(column.type):  # a CSV cell of a run-end encoded int or bool
+        casts += (pa.types.is_integer, pa.types.is_boolean)
     if any(check(kind) for check in casts):  # pyarrow's cast reads text as the output writes it
         if pa.types.is_floating(kind) and pa.types.is_string(column.type):
             column = pc.utf8_trim_whitespace(column)  # a cell ` 1.5`, as the CSV reader reads
@@ -386,12 +557,13 @@ def typed_column(column: pa.Array, kind: pa.DataType, cells: bool) -> pa.Array:
                 return zoned
         else:
             _out_of_range(column, result, kind)
+            _refuse_rounded(column, result, kind)
             return result
     values = column.to_pylist()
     converted = []
     for row, value in enumerate(values):
         try:
-            if cells and value is not None and pa.types.is_nested(kind):
+            if cells and value is not None and _json_in_cell(kind):
                 try:
                     value = json.loads(value)
                 except ValueError:

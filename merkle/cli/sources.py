@@ -1,8 +1,8 @@
 """Input files of ``merkle load``: what they hold, how they are read, and where they go wrong.
 
 Before any reader starts, the first bytes of a file are checked against its
-format (a Parquet file named ``.csv`` is one clear error, never a CSV parse
-of binary bytes). CSV options: the delimiter, the null values (applied to
+format (``merkle.cli.content``: a Parquet file named ``.csv`` is one clear
+error, never a CSV parse of binary bytes). CSV options: the delimiter, the null values (applied to
 every column but the key: a key ``null`` stays the string ``null``), and
 column types. A value that does not convert is reported with the file, the
 row number and the column, found by re-reading the file as text.
@@ -24,8 +24,10 @@ import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
 from merkle.cli.common import CliError
+from merkle.cli.content import BOM, check_content, split_compression
 from merkle.cli.parquetcast import cast_columns
 from merkle.cli.typenames import parse_type, parse_types
+from merkle.tablets.fits import text_kind
 
 __all__ = [
     "INPUT_FORMATS",
@@ -45,27 +47,8 @@ INPUT_FORMATS = {
     "jsonl": (".jsonl", ".ndjson"),
     "parquet": (".parquet", ".pq"),
 }
-#: Compressed files, by extension: the Arrow codec that reads them.
-_COMPRESSION = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
 #: Bytes per block of the CSV and JSON readers (one record batch each).
 BLOCK_SIZE = 4 << 20
-#: The UTF-8 byte order mark some editors write at the start of a text file.
-BOM = b"\xef\xbb\xbf"
-_MAGIC = {
-    b"PAR1": "Parquet",
-    b"\x1f\x8b": "gzip-compressed",
-    b"(\xb5/\xfd": "zstd-compressed",
-    b"BZh": "bzip2-compressed",
-    b"ARROW1": "Arrow IPC",
-    b"PK\x03\x04": "a zip archive",
-}
-
-
-def split_compression(path: str) -> tuple[str, str | None]:
-    """``path`` without a compression extension, and the Arrow codec of that extension."""
-    root, ext = os.path.splitext(path)
-    codec = _COMPRESSION.get(ext.lower())
-    return (root, codec) if codec else (path, None)
 
 
 def detect_format(path: str, given: str | None) -> str:
@@ -84,106 +67,6 @@ def detect_format(path: str, given: str | None) -> str:
         f"cannot tell the format of {path} from its extension ({known}): "
         "pass --format csv, jsonl or parquet"
     )
-
-
-#: The first bytes of each compressed format, by Arrow codec.
-_CODEC_MAGIC = {
-    "gzip": b"\x1f\x8b",
-    "bz2": b"BZh",
-    "zstd": b"(\xb5/\xfd",
-    "lz4": b"\x04\x22\x4d\x18",
-}
-#: Bytes of a file that check_content looks at.
-_HEAD = 4096
-
-
-def check_content(path: str, fmt: str) -> None:
-    """CliError when the first bytes of ``path`` show it is not ``fmt``.
-
-    Of stdin only the compression is checked (its bytes can be peeked at, not
-    read twice). A CSV file is not required to be UTF-8 here: a column that is
-    not is named by ``merkle.cli.inferred`` (or read as binary when declared so).
-    """
-    if path == "-":
-        first = _peek_stdin(8)
-        seen = next((what for magic, what in _MAGIC.items() if first.startswith(magic)), None)
-        if seen is not None and seen != "Parquet":
-            raise CliError(
-                f"stdin holds {seen} data: decompress it first (for example "
-                "gunzip -c FILE.gz | merkle load ... -), or name the compressed file"
-            )
-        return
-    codec = split_compression(path)[1]
-    with open(path, "rb") as raw:
-        head = raw.read(_HEAD)
-        complete = not raw.read(1)  # the window holds the whole file
-    if codec is not None:
-        head, complete = _decompressed_head(path, codec, head, complete)
-    seen = next((what for magic, what in _MAGIC.items() if head.startswith(magic)), None)
-    if fmt == "parquet":
-        if not head.startswith(b"PAR1"):
-            raise CliError(
-                f"cannot read {path} as parquet: it is not a Parquet file (no PAR1 at its start)"
-                + (f": it looks like {seen}" if seen else "")
-                + "; pass the right --format"
-            )
-        return
-    if seen is not None:
-        hint = "--format parquet" if seen == "Parquet" else "the right file or extension"
-        raise CliError(f"cannot read {path} as {fmt}: it looks like {seen}; pass {hint}")
-    if b"\x00" in head:
-        raise CliError(f"{path} is not {fmt} text: it holds NUL bytes; pass the right --format")
-    if fmt == "jsonl":
-        try:
-            head.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            # A character cut by the end of the window is not an error; the end of the file is.
-            if complete or exc.start < len(head) - 4:
-                lines = head[: exc.start].split(b"\n")
-                row = sum(1 for line in lines[:-1] if line.strip()) + 1  # blank lines are no row
-                raise CliError(
-                    f"{path} is not UTF-8 text, as JSON Lines must be: row {row} holds byte "
-                    f"0x{head[exc.start]:02x}; re-encode the file as UTF-8 "
-                    "(a Latin-1 file: iconv -f latin1 -t utf-8)"
-                ) from None
-        text = head.removeprefix(BOM).lstrip()
-        if text and not text.startswith(b"{"):
-            raise CliError(f"{path} is not JSON Lines: each line must be a JSON object")
-
-
-def _decompressed_head(path: str, codec: str, head: bytes, complete: bool) -> tuple[bytes, bool]:
-    """The first bytes of ``path`` decompressed, and whether they are all of its content."""
-    if not head.startswith(_CODEC_MAGIC[codec]):
-        raise CliError(f"{path} is not {codec}-compressed, as its name says")
-    stream = pa.CompressedInputStream(pa.py_buffer(head), codec)
-    out = bytearray()
-    try:
-        while len(out) < _HEAD:
-            chunk = stream.read(512)
-            if not chunk:
-                return bytes(out), complete
-            out += chunk
-    except (pa.ArrowException, OSError) as exc:
-        if complete:  # the whole file was read, and its compressed data ends early
-            raise CliError(
-                f"{path} is truncated or corrupt {codec} data ({exc}): "
-                "compress or download the file again"
-            ) from None
-        return bytes(out), False  # the window ends inside the compressed data
-    return bytes(out), False
-
-
-def _peek_stdin(size: int) -> bytes:
-    """The first ``size`` bytes of stdin, left to be read (b"" when they cannot be)."""
-    buffer: Any = sys.stdin.buffer
-    if hasattr(buffer, "peek"):
-        return bytes(buffer.peek(size)[:size])
-    if buffer.seekable():
-        where = buffer.tell()
-        data = bytes(buffer.read(size))
-        buffer.seek(where)
-        return data
-    return b""
 
 
 # -- reading ---------------------------------------------------------------------------
@@ -402,9 +285,9 @@ def csv_parse_options(options: ReadOptions, path: str) -> pacsv.ParseOptions:
 
 
 def _is_text(kind: pa.DataType) -> bool:
-    """Whether the CSV reader gives columns of ``kind`` as cell text it never makes null."""
-    checks = (pa.types.is_string, pa.types.is_large_string, pa.types.is_binary)
-    return any(check(kind) for check in (*checks, pa.types.is_large_binary))
+    """Whether the CSV reader gives columns of ``kind`` as cell text it never makes null
+    (a string or binary type of any width, ``merkle.tablets.fits.text_kind``)."""
+    return text_kind(kind) is not None
 
 
 def _nulls_in_strings(batch: pa.RecordBatch, options: ReadOptions) -> pa.RecordBatch:
