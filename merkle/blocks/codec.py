@@ -212,9 +212,14 @@ def _decode(data: bytes, options: dict[str, Any]) -> Any:
     except IntegrityError:
         raise
     except cbor2.CBORDecodeError as exc:
-        # cbor2 wraps what the tag hook raised; keep the hook's own message.
-        if isinstance(exc.__cause__, IntegrityError):
-            raise exc.__cause__ from None
+        # cbor2 wraps what the tag hook raised; keep the hook's own message, and let an
+        # interrupt (Ctrl-C while a hook ran) or a lack of memory out as what it is: the
+        # block is not damaged.
+        cause = exc.__cause__
+        if isinstance(cause, IntegrityError | MemoryError) or (
+            cause is not None and not isinstance(cause, Exception)
+        ):
+            raise cause from None
         raise IntegrityError(f"malformed DAG-CBOR block: {exc}") from None
     except RecursionError:
         raise IntegrityError("malformed DAG-CBOR block: nested too deeply to decode") from None
