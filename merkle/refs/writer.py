@@ -90,7 +90,12 @@ class WriterSession:
         self.idle = idle
         self._lock = threading.Lock()
         self._lease: Lease | None = None
-        self._uses: dict[str, int] = {}  # lease id -> commits using it
+        # One entry per commit using a lease: its hold's token -> the lease id. A hold
+        # registers with one assignment and gives back in its ``finally`` whatever it
+        # registered, so an interrupt (Ctrl-C) at any point between leaves no use behind
+        # (a count raised before the ``try`` was left raised for good: the lease then
+        # stayed renewed while the process lived, and every collection waited for it).
+        self._holders: dict[object, str] = {}
         self._retired: dict[str, Lease] = {}  # replaced leases still in use
         self._last_used = 0.0
         self._wake = threading.Event()
@@ -118,40 +123,50 @@ class WriterSession:
         behind it (they did, so the collection waited for their leases to
         lapse, and their commits then failed).
         """
-        with self._lock:
-            if self._closed:
-                raise self._closed_error()
-            lock = read_lock(self.leases.store)
-            generation = -1 if lock is None else lock.generation
-            held = lock is not None and lock.held(self.leases.timing)
-            lease = self._lease
-            if lease is not None and (
-                held or generation != lease.gc_generation or not self._usable(lease)
-            ):
-                # A collection ran or runs since the lease was granted: it may have
-                # gone on without it, so this commit starts under a new one.
-                self._retire(lease)
-                lease = None
-            if lease is not None:
-                self._uses[lease.id] = self._uses.get(lease.id, 0) + 1
-                self._ensure_thread()
-        if lease is None:
-            lease = self._acquire(db)
-            generation = lease.gc_generation
+        token = object()
         try:
+            with self._lock:
+                if self._closed:
+                    raise self._closed_error()
+                lock = read_lock(self.leases.store)
+                generation = -1 if lock is None else lock.generation
+                held = lock is not None and lock.held(self.leases.timing)
+                lease = self._lease
+                if lease is not None and (
+                    held or generation != lease.gc_generation or not self._usable(lease)
+                ):
+                    # A collection ran or runs since the lease was granted: it may have
+                    # gone on without it, so this commit starts under a new one.
+                    self._retire(lease)
+                    lease = None
+                if lease is not None:
+                    self._holders[token] = lease.id
+                    self._ensure_thread()
+            if lease is None:
+                lease = self._acquire(db, token)
+                generation = lease.gc_generation
             yield WriterTicket(lease, generation, renewed=lambda: self._newest(lease))
         finally:
-            with self._lock:
-                self._uses[lease.id] -= 1
-                self._last_used = time.monotonic()
-                if not self._uses[lease.id]:
-                    del self._uses[lease.id]
-                    retired = self._retired.pop(lease.id, None)
-                    if retired is not None:
-                        self._release_quietly(retired)
+            self._give_back(token)
 
-    def _acquire(self, db: str | None) -> Lease:
-        """A new writer lease for one commit, counted as in use (see :meth:`hold`).
+    def _give_back(self, token: object) -> None:
+        """End the use a hold registered under ``token`` (none: nothing to do); release a
+        retired lease whose last use it was."""
+        with self._lock:
+            lease_id = self._holders.pop(token, None)
+            if lease_id is None:
+                return
+            self._last_used = time.monotonic()
+            if not self._in_use(lease_id):
+                retired = self._retired.pop(lease_id, None)
+                if retired is not None:
+                    self._release_quietly(retired)
+
+    def _in_use(self, lease_id: str) -> bool:
+        return lease_id in self._holders.values()
+
+    def _acquire(self, db: str | None, token: object) -> Lease:
+        """A new writer lease for one commit, in use under ``token`` (see :meth:`hold`).
 
         It becomes the session's lease unless another thread installed one
         meanwhile; then it serves this commit alone, as a retired lease does
@@ -162,11 +177,11 @@ class WriterSession:
             if self._closed:
                 self._release_quietly(lease)
                 raise self._closed_error()
+            self._holders[token] = lease.id  # first: given back even if interrupted now
             if self._lease is None:
                 self._lease = lease
             else:
                 self._retired[lease.id] = lease
-            self._uses[lease.id] = 1
             self._ensure_thread()
         return lease
 
@@ -181,7 +196,7 @@ class WriterSession:
     def _retire(self, lease: Lease) -> None:
         """Stop handing ``lease`` out; release it now, or when its last commit ends."""
         self._lease = None
-        if self._uses.get(lease.id):
+        if self._in_use(lease.id):
             self._retired[lease.id] = lease
         else:
             self._release_quietly(lease)
@@ -230,7 +245,7 @@ class WriterSession:
                 lease = self._lease
                 if lease is None:
                     continue
-                active = bool(self._uses.get(lease.id))
+                active = self._in_use(lease.id)
                 idle = not active and time.monotonic() - self._last_used > self.idle
                 with contextlib.suppress(Exception):
                     if not active and (idle or self._gc_waiting()):
@@ -248,7 +263,7 @@ class WriterSession:
         connection, which would otherwise count this idle lease as a running writer)."""
         with self._lock:
             lease = self._lease
-            if lease is None or self._uses.get(lease.id):
+            if lease is None or self._in_use(lease.id):
                 return
             self._lease = None
         self._release_quietly(lease)
