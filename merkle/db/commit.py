@@ -132,8 +132,11 @@ def _commit(
                 f"transaction ran ({conflict}); commit(rebase=False) does not replay: "
                 "open the database again and redo the changes"
             ) from conflict
+        # Jittered backoff first, then the replay on the head found after it: sleeping
+        # between the replay and the landing let a writer committing back to back move
+        # the head every time, and this commit never landed.
+        time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 50)))
         db = _replay(ops, conn._head_for_replay(db))
-        time.sleep(random.uniform(0, 0.002 * min(attempt + 1, 50)))  # jittered backoff
     raise ConflictError(
         f"gave up committing to database {name!r} after {MAX_COMMIT_ATTEMPTS} "
         "attempts: other writers kept committing first; nothing was committed: commit "
