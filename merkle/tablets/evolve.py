@@ -43,7 +43,7 @@ import pyarrow as pa
 
 from merkle.errors import SchemaError, UsageError
 from merkle.tablets.conform import KeyLayout
-from merkle.tablets.dicts import index_capacity
+from merkle.tablets.dicts import declarable_type, index_capacity
 from merkle.tablets.keychecks import check_codec_fits
 from merkle.tablets.keys import infer_key_codec_arrow
 from merkle.tablets.schema import (
@@ -97,7 +97,7 @@ class SchemaChange:
         for item in [] if isinstance(add, Mapping) else _listed(add, "add", "fields"):
             if isinstance(item, pa.Field):
                 check_field_metadata(item, "alter_schema(add=...)")
-                added.append(item.with_nullable(True))
+                added.append(item.with_type(declarable_type(item.type)).with_nullable(True))
             elif isinstance(item, tuple) and len(item) == 2:
                 added.append(pa.field(str(item[0]), _type(item[1], str(item[0]))))
             else:
@@ -154,8 +154,10 @@ def _names(value: Any, what: str) -> list[str]:
 
 
 def _type(kind: Any, name: str) -> pa.DataType:
+    """A type given to ``add`` or ``widen``; a dictionary of views (Polars' Categorical)
+    is the dictionary of strings or bytes a first write of one makes."""
     if isinstance(kind, pa.DataType):
-        return kind
+        return declarable_type(kind)
     if isinstance(kind, str):
         try:
             return pa.type_for_alias(kind)

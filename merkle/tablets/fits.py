@@ -4,11 +4,11 @@ pyarrow converts some Python values into a type with a loss and no word: a
 float (Python's or numpy's) into an integer type is truncated, as is any other
 object it takes through ``int()`` (a Fraction; a UUID becomes its number), a
 datetime into a date loses its time of day, a fraction of a second below a
-timestamp's, time's or duration's unit is cut, a float into float32 or
-float16 (or an int into float16) is rounded, and a bool into a float type
-becomes 1.0 or 0.0. A
-value that does not fit its field is a SchemaError (doc/api.md, "Schemas"),
-as the same value given as Arrow data already was (a cast that does not
+timestamp's, time's or duration's unit is cut (and a number there, which counts
+the unit, is truncated through ``int()`` as into an integer type), a float into
+float32 or float16 (or an int into float16) is rounded, and a bool into a float
+type becomes 1.0 or 0.0. A value that does not fit its field is a SchemaError
+(doc/api.md, "Schemas"), as the same value given as Arrow data already was (a cast that does not
 round-trip, or a bool column into a number field). Values are checked
 inside lists, structs and maps (keys and values) alike; a map entry of None is
 refused too (pyarrow aborts the process on it). A numpy array given as a list
@@ -149,29 +149,62 @@ def loss_check(target: pa.DataType) -> Check | None:
         return _integer_loss
     if pa.types.is_floating(target):
         return _FLOAT_CHECKS[target.bit_width]
-    if pa.types.is_date(target):
-        return lambda v: (
-            "it has a time of day, which a date drops"
-            if isinstance(v, datetime.datetime) and v.time() != datetime.time()
-            else None
-        )
-    unit = getattr(target, "unit", None)
-    step = {"s": 1_000_000, "ms": 1_000}.get(unit or "")
-    if step is None:
-        return None
-    if pa.types.is_timestamp(target) or pa.types.is_time(target):
-        return lambda v: (
-            f"it has a fraction of a second finer than the field's unit ({unit})"
-            if isinstance(v, datetime.datetime | datetime.time) and v.microsecond % step
-            else None
-        )
-    if pa.types.is_duration(target):
-        return lambda v: (
-            f"it has a fraction of a second finer than the field's unit ({unit})"
-            if isinstance(v, datetime.timedelta) and v.microseconds % step
-            else None
-        )
+    if _is_temporal(target):
+        return _temporal_check(target)
     return None
+
+
+def _is_temporal(target: pa.DataType) -> bool:
+    """Whether ``target`` is a timestamp, time, date or duration type."""
+    return bool(
+        pa.types.is_timestamp(target)
+        or pa.types.is_time(target)
+        or pa.types.is_date(target)
+        or pa.types.is_duration(target)
+    )
+
+
+def _temporal_check(target: pa.DataType) -> Check:
+    """The loss of a value stored in a timestamp, time, date or duration type.
+
+    pyarrow takes a number there as a count of the type's unit, through ``int()``:
+    1.5 into duration[s] became 1 s, -0.5 became 0, 1.5 into date32 the day after the
+    epoch. A number is held to the rule of an integer field (:func:`_integer_loss`): a
+    whole number is that many units, anything else is refused. A ``datetime``, ``time``
+    or ``timedelta`` loses a fraction of a second finer than the unit, and a datetime
+    its time of day in a date.
+    """
+    unit = {"date32[day]": "day", "date64[ms]": "ms"}.get(str(target)) or str(target.unit)
+    step = {"s": 1_000_000, "ms": 1_000}.get(unit)
+    is_date, is_duration = pa.types.is_date(target), pa.types.is_duration(target)
+
+    def check(value: Any) -> str | None:
+        if isinstance(value, _NUMBERS) and not isinstance(value, _NUMPY_TIMES):
+            lost = _integer_loss(value)
+            return (
+                f"{lost}: a number in a {target} field counts its unit ({unit})" if lost else None
+            )
+        if is_date:
+            if isinstance(value, datetime.datetime) and value.time() != datetime.time():
+                return "it has a time of day, which a date drops"
+            return None
+        if step is None:
+            return None
+        if is_duration:
+            cut = isinstance(value, datetime.timedelta) and value.microseconds % step
+        else:
+            cut = isinstance(value, datetime.datetime | datetime.time) and value.microsecond % step
+        return (
+            f"it has a fraction of a second finer than the field's unit ({unit})" if cut else None
+        )
+
+    return check
+
+
+#: The values a temporal field takes as a count of its unit (pyarrow calls ``int()``).
+_NUMBERS = (numbers.Number, np.bool_, uuid.UUID)
+#: numpy's own times, which are numbers to Python (timedelta64 is a numpy integer).
+_NUMPY_TIMES = (np.datetime64, np.timedelta64)
 
 
 def _struct_check(target: pa.StructType) -> Check:
@@ -409,6 +442,8 @@ def exact_numbers(target: pa.DataType) -> Convert | None:
         return _decimal_to_float(target)
     if pa.types.is_decimal(target):
         return _float_to_decimal(target)
+    if pa.types.is_timestamp(target) or pa.types.is_duration(target):
+        return _numpy_count
     if pa.types.is_struct(target):
         members = {f.name: exact_numbers(f.type) for f in target}
         if all(m is None for m in members.values()):
@@ -424,6 +459,23 @@ def exact_numbers(target: pa.DataType) -> Convert | None:
             return None
         return lambda v: [_apply(inner, x) for x in v] if isinstance(v, list | tuple) else v
     return None
+
+
+def _numpy_count(value: Any) -> Any:
+    """A numpy integer, or a numpy float that is a whole number, as that Python int.
+
+    pyarrow takes a Python number into a timestamp or duration type as a count of its
+    unit, but refuses a numpy one (it expects a ``datetime64`` or ``timedelta64``), while
+    it takes both into a time or date type: numpy numbers are held to the rule Python's
+    are. Other values pass unchanged (a float that is not whole, for :func:`loss_check`).
+    """
+    if isinstance(value, _NUMPY_TIMES):
+        return value
+    if isinstance(value, np.integer) or (
+        isinstance(value, np.floating) and float(value).is_integer()
+    ):
+        return int(value)
+    return value
 
 
 def _apply(convert: Convert | None, value: Any) -> Any:

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from merkle.errors import IntegrityError, SchemaError
-from merkle.tablets.dicts import check_dictionaries
+from merkle.tablets.dicts import check_dictionaries, declarable_type
 from merkle.tablets.freeform import unknown_time_zone
 from merkle.tablets.segment import cbor_field, is_cbor_field
 
@@ -185,7 +185,9 @@ def check_schema(schema: Any, key: str | Sequence[str] = ()) -> pa.Schema | None
     """A declared schema (a ``pyarrow.Schema``, or a list of ``pyarrow.Field``), checked.
 
     Field names must be non-empty and unique and include the ``key`` fields (none the
-    name of a composite key's column); schema metadata is dropped.
+    name of a composite key's column); schema metadata is dropped. A dictionary of views
+    becomes the dictionary of strings or bytes a first write of one makes
+    (:func:`~merkle.tablets.dicts.declarable_type`).
     """
     if schema is None:
         return None
@@ -214,8 +216,12 @@ def check_schema(schema: Any, key: str | Sequence[str] = ()) -> pa.Schema | None
             )
     for field in schema:
         check_field_metadata(field, "create_table(schema=...)")
+    # A dictionary of views (Polars' Categorical) is declared as the field a first write
+    # of it makes: Arrow builds no dictionary of views, so it holds strings (or bytes).
+    schema = pa.schema([f.with_type(declarable_type(f.type)) for f in schema])
+    for field in schema:
         check_declared_type(field.type, field.name, "create_table(schema=...)")
-    return schema.remove_metadata()
+    return schema
 
 
 def check_time_zones(kind: pa.DataType, name: str, where: str) -> None:
