@@ -66,8 +66,15 @@ class ReaderLease:
         return not self._finalizer.alive
 
     def release(self) -> None:
-        """Give the lease up (idempotent)."""
-        self._finalizer()
+        """Give the lease up (idempotent).
+
+        Never while the lease is being renewed: a renewal checks that the lease
+        object exists, then writes it again, and a release between the two was
+        undone (the lease came back and kept its version from collections until
+        it expired).
+        """
+        with self._renewing:
+            self._finalizer()
 
     def check(self) -> None:
         """Raise :class:`LeaseExpiredError` if the lease lapsed (see the module doc).
