@@ -17,7 +17,9 @@ true or false. Values are built in the field's plain type
 
 No value is rounded or cut on the way (doc/cli.md): a number float32 or
 float16 holds only rounded (``0.1``), and a fraction of a second finer than
-a duration's unit, are refused as ``Database.write`` refuses them.
+a duration's, time's or timestamp's unit, are refused as ``Database.write``
+refuses them; every digit a unit holds is kept (nanoseconds too:
+``merkle.cli.isoticks``).
 
 A value that does not convert raises :class:`BadValueError`, which says what the
 field's values must look like.
@@ -33,11 +35,13 @@ import math
 import re
 import uuid
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from merkle.cli.isoticks import time_ticks, timestamp_ticks
 from merkle.errors import UsageError
 from merkle.tablets.fits import loss_check, text_kind
 from merkle.tablets.schema import is_list_type, plain_type
@@ -296,6 +300,37 @@ def _from_iso(parse: Callable[[str], Any]) -> Callable[[Any, pa.DataType], Any]:
     return convert
 
 
+#: The digits of a second each unit holds, as an error names them.
+_DIGITS = {
+    "s": "whole seconds",
+    "ms": "3 digits at most",
+    "us": "6 digits at most",
+    "ns": "9 digits at most",
+}
+
+
+def _exact_ticks(ticks: Callable[[str, str], Fraction]) -> Callable[[Any, pa.DataType], int]:
+    """The converter of a time or timestamp: its count of ``kind``'s unit, every digit of
+    the fraction of a second read (``merkle.cli.isoticks``), which pyarrow builds exactly;
+    a fraction finer than the unit (``00:00:00.0000015`` in ``time64[us]``) is refused,
+    never cut as ``fromisoformat`` would cut it."""
+
+    def convert(value: Any, kind: pa.DataType) -> int:
+        try:
+            count = ticks(_text(value, kind).strip(), kind.unit)
+        except ValueError:
+            raise _fail(kind, value) from None
+        if count.denominator != 1:
+            raise BadValueError(
+                f"is not {kind}: it has a fraction of a second finer than its unit "
+                f"({kind.unit}: {_DIGITS[kind.unit]}): write {example(kind)}",
+                value,
+            )
+        return int(count)
+
+    return convert
+
+
 def _scalar(kind: pa.DataType) -> Callable[[Any, pa.DataType], Any] | None:
     """The converter of a value of a scalar ``kind`` (None: the value is taken as it is)."""
     checks: list[tuple[Callable[[pa.DataType], bool], Callable[[Any, pa.DataType], Any]]] = [
@@ -304,8 +339,8 @@ def _scalar(kind: pa.DataType) -> Callable[[Any, pa.DataType], Any] | None:
         (pa.types.is_decimal, _from_decimal),
         (pa.types.is_duration, _from_duration),
         (pa.types.is_date, _from_iso(datetime.date.fromisoformat)),
-        (pa.types.is_time, _from_iso(datetime.time.fromisoformat)),
-        (pa.types.is_timestamp, _from_iso(datetime.datetime.fromisoformat)),
+        (pa.types.is_time, _exact_ticks(time_ticks)),
+        (pa.types.is_timestamp, _exact_ticks(timestamp_ticks)),
     ]
     return next((convert for check, convert in checks if check(kind)), None)
 
@@ -376,15 +411,6 @@ def _map_key(text: str, kind: pa.DataType) -> Any:
         raise _fail(kind, text) from None
 
 
-def _in_micros(kind: pa.DataType) -> pa.DataType | None:
-    """The microsecond type Python's values of ``kind`` are built in (None: ``kind``)."""
-    if pa.types.is_timestamp(kind) and kind.unit != "us":
-        return pa.timestamp("us", tz=kind.tz)
-    if pa.types.is_time(kind) and kind.unit != "us":
-        return pa.time64("us")
-    return None
-
-
 def _out_of_range(given: pa.Array, result: pa.Array, kind: pa.DataType) -> None:
     """BadValueError for the first row of ``result`` (``given`` converted to the float
     type ``kind``) that is infinite where ``given`` is a finite number: a number beyond
@@ -437,10 +463,8 @@ def _refuse_rounded(given: pa.Array, result: pa.Array, kind: pa.DataType) -> Non
 
 def _build(values: list[Any], plain: pa.DataType) -> pa.Array:
     """``values`` as an Array of ``plain`` (a :func:`~merkle.tablets.schema.plain_type`;
-    a time or timestamp built in microseconds, then cast to its unit, which refuses a
-    value with a finer fraction)."""
-    wide = _in_micros(plain)
-    return pa.array(values, wide).cast(plain) if wide is not None else pa.array(values, plain)
+    a time or timestamp is its count of the unit, which pyarrow builds exactly)."""
+    return pa.array(values, plain)
 
 
 def _as_type(array: pa.Array, kind: pa.DataType) -> pa.Array:

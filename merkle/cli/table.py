@@ -153,20 +153,20 @@ def create(
 ) -> None:
     """Create table NAME in database DB, keyed by --key FIELD."""
     # Type names need pyarrow: imported only by the commands that take types.
-    from merkle.cli.typenames import parse_types
+    from merkle.cli.typenames import parse_fields
 
     key = split_names(keys, "--key")
     free: bool | list[str] = False
     if schema_free is not None:
         free = True if schema_free == "all" else split_names((schema_free,), "--schema-free")
-    declared = parse_types(schema, "--schema")
+    declared = parse_fields(schema, "--schema")
     done = (
         open_db(db)
         .create_table(
             name,
             key=key[0] if len(key) == 1 else key,
             key_codec=key_codec,
-            schema=pa.schema(list(declared.items())) if declared else None,
+            schema=pa.schema(declared) if declared else None,
             schema_free=free,
             families=families,
             metadata=metadata,

@@ -139,7 +139,8 @@ def test_type_lists_split_on_top_level_commas_only() -> None:
         assert parse_types(f"o:{kind},z:int8") == {"o": kind, "z": pa.int8()}  # as printed
 
 
-@pytest.mark.parametrize("text", ["struct<a:int64", "struct<>", "struct<a:nope>", "map<int8>"])
+# (``struct<>`` is no error: Arrow prints the empty struct so, and a table stores it)
+@pytest.mark.parametrize("text", ["struct<a:int64", "struct<a:nope>", "map<int8>"])
 def test_bad_nested_types_are_clear_errors(text: str) -> None:
     with pytest.raises(CliError, match="unknown type"):
         parse_type(text)

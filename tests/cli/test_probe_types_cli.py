@@ -297,7 +297,7 @@ def test_a_number_a_narrow_float_holds_only_rounded_is_refused(
             pa.list_(pa.time32("s")),
             "a.jsonl",
             '{"k": 1, "v": ["01:02:03.500000"]}\n',
-            "an item: it has a fraction of a second finer than the field's unit (s)",
+            "is not time32[s]: it has a fraction of a second finer than its unit (s: whole",
         ),
         (
             pa.duration("s"),

@@ -112,7 +112,11 @@ def test_an_export_loads_back_as_the_records_it_came_from(
         ("a.jsonl", '{"id": 5, "b": "zz"}\n', "field 'b', key 5: value 'zz' is not binary: write"),
         ("a.csv", "id,b\n4,00\n5,zz\n", "row 2, field 'b', key 5: value 'zz' is not binary"),
         ("a.csv", "id,dur\n5,soon\n", "value 'soon' is not duration[us]: write a duration as"),
-        ("a.jsonl", '{"id": 5, "t32": "01:02:03.5"}\n', "does not fit time32[s]: write an ISO"),
+        (
+            "a.jsonl",
+            '{"id": 5, "t32": "01:02:03.5"}\n',
+            "is not time32[s]: it has a fraction of a second finer than its unit (s: whole",
+        ),
     ],
 )
 def test_a_value_that_does_not_convert_is_one_line_naming_it(
