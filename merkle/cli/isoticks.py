@@ -18,7 +18,7 @@ import datetime
 import re
 from fractions import Fraction
 
-__all__ = ["time_ticks", "timestamp_ticks"]
+__all__ = ["time_ticks", "timestamp_ticks", "unit_digits"]
 
 #: A unit's count per second.
 _PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
@@ -63,3 +63,9 @@ def timestamp_ticks(text: str, unit: str) -> Fraction:
     since = value.replace(microsecond=0, tzinfo=None) - offset - _EPOCH
     micros = (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
     return (Fraction(micros, 1_000_000) + fraction) * _PER_SECOND[unit]
+
+
+def unit_digits(unit: str) -> str:
+    """The digits of a second ``unit`` holds, as an error names them: ``6 digits at most``."""
+    digits = len(str(_PER_SECOND[unit])) - 1
+    return f"{digits} digits at most" if digits else "whole seconds"

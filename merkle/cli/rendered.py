@@ -41,7 +41,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from merkle.cli.isoticks import time_ticks, timestamp_ticks
+from merkle.cli.isoticks import time_ticks, timestamp_ticks, unit_digits
 from merkle.errors import UsageError
 from merkle.tablets.fits import loss_check, text_kind
 from merkle.tablets.schema import is_list_type, plain_type
@@ -300,15 +300,6 @@ def _from_iso(parse: Callable[[str], Any]) -> Callable[[Any, pa.DataType], Any]:
     return convert
 
 
-#: The digits of a second each unit holds, as an error names them.
-_DIGITS = {
-    "s": "whole seconds",
-    "ms": "3 digits at most",
-    "us": "6 digits at most",
-    "ns": "9 digits at most",
-}
-
-
 def _exact_ticks(ticks: Callable[[str, str], Fraction]) -> Callable[[Any, pa.DataType], int]:
     """The converter of a time or timestamp: its count of ``kind``'s unit, every digit of
     the fraction of a second read (``merkle.cli.isoticks``), which pyarrow builds exactly;
@@ -323,7 +314,7 @@ def _exact_ticks(ticks: Callable[[str, str], Fraction]) -> Callable[[Any, pa.Dat
         if count.denominator != 1:
             raise BadValueError(
                 f"is not {kind}: it has a fraction of a second finer than its unit "
-                f"({kind.unit}: {_DIGITS[kind.unit]}): write {example(kind)}",
+                f"({kind.unit}: {unit_digits(kind.unit)}): write {example(kind)}",
                 value,
             )
         return int(count)
