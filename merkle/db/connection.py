@@ -26,7 +26,7 @@ from merkle.db.dbroot import DbRoot
 from merkle.db.forked import unusable
 from merkle.db.inputs import check_count, check_flag, check_metadata
 from merkle.db.lakeconfig import lake_config, lake_sizes
-from merkle.db.unleased import unleased_staging
+from merkle.db.unleased import head_staging, unleased_staging
 from merkle.errors import ConflictError, NotFoundError, UsageError
 from merkle.lazy import OnFirstUse
 from merkle.refs import JournalConflictError, JournalEntry, RefManager
@@ -230,10 +230,9 @@ class Connection:
                 "earlier version, or create it again"
             )
         cid = CID.parse(entry.root)
-        if reader is None and not past:
-            return Database(self, entry, DbRoot.from_node(self.blocks.get_node(cid), cid))
         if reader is None:
-            staging = unleased_staging(self.blocks, self.refs, entry)  # a block gone: say why
+            unleased = unleased_staging if past else head_staging  # a block gone: say why
+            staging = unleased(self.blocks, self.refs, entry)
             root = DbRoot.from_node(staging.get_node(cid), cid)
             return Database(self, entry, root, staging=staging)
         from merkle.db.readers import leased_staging

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from merkle.blocks.cid import CID, DAG_CBOR, codec_code
 from merkle.blocks.codec import decode_node, iter_links
-from merkle.blocks.store import BlockStore
+from merkle.blocks.store import BlockStore, MissingBlockError
 from merkle.blocks.walk import missing_below
 from merkle.errors import MerkleError, NotFoundError, UsageError
 from merkle.storage.base import ObjectInfo
@@ -46,9 +46,14 @@ __all__ = ["StagedBlocks"]
 class StagedBlocks(BlockStore):
     """A BlockStore whose writes stay in memory until :meth:`flush_reachable`."""
 
-    def __init__(self, base: BlockStore) -> None:
+    def __init__(
+        self, base: BlockStore, *, explain: Callable[[MerkleError], MerkleError] | None = None
+    ) -> None:
+        """``explain``: what a block missing from ``base`` means for the value reading it
+        (a head opened without a lease: see ``merkle.db.unleased``)."""
         super().__init__(base.store, hash=base.hash_code, node_cache=base.node_cache)
         self.base = base
+        self._explain = explain
         self._staged: dict[CID, bytes] = {}
         self._foreign: set[CID] = set()
         self._lock = threading.Lock()
@@ -115,17 +120,30 @@ class StagedBlocks(BlockStore):
         writer.finish()
 
     def _missing(self, cid: CID) -> MerkleError:
-        return self.base.missing_error(cid)  # the base's reads say what a missing block means
+        error = self.base.missing_error(cid)  # the base's reads say what a missing block means
+        return error if self._explain is None else self._explain(error)
 
     def get(self, cid: CID) -> bytes:
         data = self._staged.get(cid)
-        return data if data is not None else self.base.get(cid)
+        if data is not None:
+            return data
+        if self._explain is None:
+            return self.base.get(cid)
+        try:
+            return self.base.get(cid)
+        except MissingBlockError as exc:
+            raise self._explain(exc) from None
 
     def get_many(self, cids: Sequence[CID]) -> dict[CID, bytes]:
         found = {cid: self._staged[cid] for cid in cids if cid in self._staged}
         rest = [cid for cid in cids if cid not in found]
         if rest:
-            found.update(self.base.get_many(rest))
+            try:
+                found.update(self.base.get_many(rest))
+            except MissingBlockError as exc:
+                if self._explain is None:
+                    raise
+                raise self._explain(exc) from None
         return found
 
     def has(self, cid: CID) -> bool:
