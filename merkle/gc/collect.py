@@ -411,10 +411,17 @@ def gc(
     try:
         report.save(conn.store)
     except StorageError as exc:
-        if not dry_run:
+        if dry_run:
+            # A dry run changes nothing else, so it runs on a lake it may not write to.
+            report.notes.append(f"this dry run's report was not saved in the lake: {exc}")
+        elif report.report_key is None:  # stopped before the sweep: nothing was changed
             raise
-        # A dry run changes nothing else, so it runs on a lake it may not write to.
-        report.notes.append(f"this dry run's report was not saved in the lake: {exc}")
+        else:
+            raise StorageError(
+                f"the collection finished (freed {report.blocks_freed:,} blocks, "
+                f"{report.bytes_freed:,} bytes) but its final report could not be saved "
+                f"({exc}); {report.report_key} holds the report written before the sweep"
+            ) from None
     return report
 
 
@@ -446,6 +453,10 @@ def _collect(
         lock = None
     if lock is not None:
         lock.ensure_held()
+        # The report is written before anything is trimmed or deleted (and again, whole,
+        # at the end): a lake that cannot take it (a full disk) stops the collection
+        # here, having changed nothing, as operations.md says.
+        report.save(conn.store)
         for name, first in run.trim_before.items():
             conn.refs.trim(name, first)
         run.phase("trim")

@@ -19,7 +19,9 @@ from gc_helpers import build_history
 import merkle
 from merkle.errors import StorageError
 from merkle.gc import collect
+from merkle.gc.report import load_reports
 from merkle.refs import GCLock
+from merkle.refs.gclock import read_lock
 
 
 def locks(conn: merkle.Connection) -> list[str]:
@@ -74,3 +76,55 @@ def test_a_lock_that_cannot_be_released_after_a_collection_says_so(
         monkeypatch.setattr(GCLock, "release", unreleasable)
         with pytest.raises(StorageError, match=r"could not be released.*--break-lock"):
             merkle.gc(conn, keep_versions=1, grace="0s")
+
+
+def _report_puts_fail(conn: merkle.Connection, monkeypatch: pytest.MonkeyPatch, after: int) -> None:
+    """Make every write of a GC report fail once ``after`` of them have gone through."""
+    real = conn.store.put
+    seen = [0]
+
+    def put(key: str, data: bytes) -> None:
+        if key.startswith("gc/reports/"):
+            seen[0] += 1
+            if seen[0] > after:
+                raise StorageError(f"cannot write {key!r}: [Errno 27] File too large")
+        real(key, data)
+
+    monkeypatch.setattr(conn.store, "put", put)
+
+
+def test_a_report_that_cannot_be_written_stops_gc_before_it_trims_or_deletes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """operations.md: GC writes its report before it deletes. It wrote it only after the
+    trim and the sweep, and then said "nothing was written" (crash probe: a full disk
+    trimmed the journal and deleted 13 of 17 blocks, then failed with no report)."""
+    with merkle.connect(tmp_path / "lake") as conn:
+        build_history(conn, commits=3)
+        blocks = {cid for cid, _ in conn.blocks.list()}
+        versions = [e.version for e in conn.history("shop")]
+        _report_puts_fail(conn, monkeypatch, after=0)
+        with pytest.raises(StorageError, match="gc/reports/"):
+            merkle.gc(conn, keep_versions=1, grace="0s")
+        monkeypatch.undo()
+        assert {cid for cid, _ in conn.blocks.list()} == blocks, "nothing deleted"
+        assert [e.version for e in conn.history("shop")] == versions, "nothing trimmed"
+        lock = read_lock(conn.store)
+        assert lock is None or not lock.held(conn.leases.timing), "writers are not held up"
+        report = merkle.gc(conn, keep_versions=1, grace="0s")  # with room again: it runs
+        assert report.blocks_freed > 0
+
+
+def test_a_final_report_that_cannot_be_written_says_the_collection_finished(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with merkle.connect(tmp_path / "lake") as conn:
+        build_history(conn, commits=3)
+        _report_puts_fail(conn, monkeypatch, after=1)
+        with pytest.raises(StorageError, match="the collection finished") as raised:
+            merkle.gc(conn, keep_versions=1, grace="0s")
+        monkeypatch.undo()
+        assert "gc/reports/" in str(raised.value)
+        (saved,) = load_reports(conn.store)  # the one written before the sweep
+        assert saved["finished_at"] is None
+        assert merkle.verify(conn).ok
