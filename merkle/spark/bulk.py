@@ -57,6 +57,7 @@ from merkle.spark.failures import raised_as_merkle_errors
 from merkle.spark.jobs import (
     GROUP,
     MARKER,
+    ROUTING,
     TAG,
     GroupResult,
     WriteJob,
@@ -459,19 +460,20 @@ def _nullable(schema: pa.Schema) -> pa.Schema:
 def _with_columns(
     batch: pa.RecordBatch, ids: np.ndarray, marker: np.ndarray, tags: np.ndarray
 ) -> pa.RecordBatch:
+    """``batch`` followed by the routing columns, in :data:`ROUTING`'s order (the write
+    task reads them by position: :func:`merkle.spark.jobs.routed_rows`)."""
     arrays = [*batch.columns, pa.array(ids), pa.array(marker), pa.array(tags)]
-    fields = [
-        *_nullable(batch.schema),
-        pa.field(GROUP, pa.int64()),
-        pa.field(MARKER, pa.bool_()),
-        pa.field(TAG, pa.int64()),
-    ]
+    types = {GROUP: pa.int64(), MARKER: pa.bool_(), TAG: pa.int64()}
+    fields = [*_nullable(batch.schema), *(pa.field(name, types[name]) for name in ROUTING)]
     return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def _write_task(
     job: WriteJob, routed: bool, names: tuple[str, ...], batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
+    """Write the task's groups. The rows get the DataFrame's names back; routed rows'
+    :data:`ROUTING` columns after them keep theirs, which a user column may share (they
+    are read by position)."""
     results = run_groups(job, (_named(batch, names) for batch in batches), routed=routed)
     yield pa.RecordBatch.from_arrays([pa.array([pickle.dumps(results)], pa.binary())], ["results"])
 
@@ -487,13 +489,10 @@ def _write(
     part_of = pack_groups(weights, target)
     partitions = max(part_of) + 1 if part_of else 1
     tags = partition_tags(partitions)
+    kinds = {GROUP: LongType(), MARKER: BooleanType(), TAG: LongType()}
     routed_schema = StructType(
         [StructField(f.name, f.dataType, True, f.metadata) for f in df.schema]
-        + [
-            StructField(GROUP, LongType()),
-            StructField(MARKER, BooleanType()),
-            StructField(TAG, LongType()),
-        ]
+        + [StructField(name, kinds[name]) for name in ROUTING]
     )
     marker_schema = None
     if markers:

@@ -54,6 +54,8 @@ from merkle.tablets.table import Table
 __all__ = [
     "GROUP",
     "MARKER",
+    "ROUTING",
+    "TAG",
     "Base",
     "GroupResult",
     "TableSettings",
@@ -67,6 +69,7 @@ __all__ = [
     "local_merges",
     "plan_base",
     "prepared",
+    "routed_rows",
     "run_groups",
     "table_settings",
 ]
@@ -76,6 +79,10 @@ GROUP = "_merkle_group"
 MARKER = "_merkle_marker"
 #: Column holding a partition's tag for ``repartition`` (see merkle.spark.shuffle).
 TAG = "_merkle_tag"
+#: The routing columns, in the order they follow a routed batch's own columns. A task
+#: reads them by position (:func:`routed_rows`), never by name: the rows' columns carry
+#: the user's names, which may be any, these ones among them.
+ROUTING = (GROUP, MARKER, TAG)
 MODES = ("upsert", "replace", "delete")
 
 
@@ -139,8 +146,18 @@ def _pending_groups(job: WriteJob, table: Table) -> tuple[int, ...]:
     return tuple(g.index for g in job.groups if overlay.has_entries(g.lo, g.hi))
 
 
-def _column(batch: pa.RecordBatch, name: str) -> np.ndarray:
-    return np.asarray(batch.column(name).to_numpy(zero_copy_only=False))
+def routed_rows(batch: pa.RecordBatch) -> tuple[pa.RecordBatch, np.ndarray, np.ndarray]:
+    """A routed batch split into its own columns, each row's group and its marker flag.
+
+    The routing columns (:data:`ROUTING`) are the batch's last ones and are read by
+    position: the columns before them carry the DataFrame's names, which are taken as
+    given (doc/spark.md), so a user column may itself be named ``_merkle_group`` or
+    ``_merkle_tag``; reading or dropping by name would take the user's column instead.
+    """
+    count = batch.num_columns - len(ROUTING)
+    ids = np.asarray(batch.column(count).to_numpy(zero_copy_only=False)).astype(np.int64)
+    marker = np.asarray(batch.column(count + 1).to_numpy(zero_copy_only=False)).astype(bool)
+    return batch.select(range(count)), ids, marker
 
 
 def prepared(job: WriteJob, table: Table, rows: pa.Table) -> pa.Table:
@@ -175,9 +192,10 @@ def run_groups(
 ) -> list[GroupResult]:
     """Rebuild the groups of the given rows (a task's share of the write).
 
-    ``routed``: the rows carry their group in the ``_merkle_group`` column,
-    and marker rows (no data) name groups to visit even without rows;
-    otherwise each row's group is found from its key.
+    ``routed``: each batch ends with the :data:`ROUTING` columns (read by
+    position, see :func:`routed_rows`): the rows' groups, and marker rows (no
+    data) naming groups to visit even without rows; otherwise each row's group
+    is found from its key.
     """
     with hold_lease(job.lake, job.lease, job.lease_ttl), _naming(job.table):
         table = job.open_table()
@@ -189,12 +207,10 @@ def run_groups(
             if not batch.num_rows:
                 continue
             if routed:
-                ids = _column(batch, GROUP).astype(np.int64)
-                marker = _column(batch, MARKER).astype(bool)
+                data, ids, marker = routed_rows(batch)
                 visit.update(int(i) for i in ids[marker])
-                data = batch.filter(pa.array(~marker)) if marker.any() else batch
+                data = data.filter(pa.array(~marker)) if marker.any() else data
                 ids = ids[~marker]
-                data = data.select([n for n in data.schema.names if n not in (GROUP, MARKER, TAG)])
                 if not data.num_rows:
                     continue
                 rows = prepared(job, table, from_spark(data, job.cbor_fields))
