@@ -164,6 +164,10 @@ def _is_temporal(target: pa.DataType) -> bool:
     )
 
 
+#: Milliseconds in a day: every ``date64`` value is a multiple of it.
+_DAY_MS = 86_400_000
+
+
 def _temporal_check(target: pa.DataType) -> Check:
     """The loss of a value stored in a timestamp, time, date or duration type.
 
@@ -181,6 +185,8 @@ def _temporal_check(target: pa.DataType) -> Check:
     def check(value: Any) -> str | None:
         if isinstance(value, _NUMBERS) and not isinstance(value, _NUMPY_TIMES):
             lost = _integer_loss(value)
+            if not lost and unit == "ms" and is_date and int(value) % _DAY_MS:
+                lost = "it is not a whole number of days"  # date64 counts days in ms
             return (
                 f"{lost}: a number in a {target} field counts its unit ({unit})" if lost else None
             )

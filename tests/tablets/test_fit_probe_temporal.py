@@ -193,3 +193,16 @@ def test_a_nested_dictionary_of_views_is_refused_both_ways() -> None:
     db = conn.create_db("w").create_table("t", key="k")
     with pytest.raises(SchemaError, match=r"field 'v'.*string_view"):
         db.write("t", pa.table({"k": [1], "v": lists}))
+
+
+@pytest.mark.parametrize("value", [2, 2.0, 86_400_001, -1, np.int64(3_600_000)])
+def test_a_date64_number_that_is_not_whole_days_is_refused(value: Any) -> None:
+    """A date64 counts milliseconds but holds whole days: 2 stored 2 ms, an invalid
+    date64 that read back as the epoch's day (fixer's note, twenty-third session)."""
+    schema = pa.schema([("k", pa.int64()), ("d", pa.date64())])
+    with merkle.connect("memory://") as conn:
+        db = conn.create_db("x").create_table("t", key="k", schema=schema)
+        with pytest.raises(SchemaError, match="whole number of days"):
+            db.write("t", [{"k": 1, "d": value}])
+        days = db.write("t", [{"k": 1, "d": 2 * 86_400_000}]).to_arrow("t")
+        assert days.column("d").to_pylist() == [dt.date(1970, 1, 3)]
