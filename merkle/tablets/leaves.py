@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from merkle.blocks.cid import CID
 from merkle.tablets.keycodec import KeyCodec
-from merkle.tablets.keyindex import KeyIndex, combine
+from merkle.tablets.keyindex import KeyIndex, array_bytes, combine
 from merkle.tablets.nodes import BASE, ChildRef, PageRef, TabletNode
 from merkle.tablets.pages import (
     KEYS,
@@ -84,7 +84,7 @@ def _index_of(codec: KeyCodec, column: pa.Array | pa.ChunkedArray) -> pa.Array |
     if words is None:
         return combine(codec.encode_array(column))
     encode = lambda: combine(codec.encode_array(column))  # noqa: E731
-    return KeyIndex.of_words(words, encode, holds=column.get_total_buffer_size())
+    return KeyIndex.of_words(words, encode, holds=array_bytes(column))
 
 
 class Leaves:

@@ -33,7 +33,7 @@ from merkle.tablets.segschema import decode_segment_schema, schema_message_size
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["DEFAULT_WORKERS", "Columns", "TableStore"]
+__all__ = ["DEFAULT_WORKERS", "Columns", "TableStore", "table_weight"]
 
 #: The columns of a segment to decode (None: all of them).
 Columns = frozenset[str] | None
@@ -296,7 +296,7 @@ class TableStore:
                     cache_key: Hashable = (
                         cid.bytes if names is None else ("columns", cid.bytes, names)
                     )
-                    self._segments.put(cache_key, table, _weight(table))
+                    self._segments.put(cache_key, table, table_weight(table))
                 found[(cid.bytes, names)] = table
         return [found[(cid.bytes, names)] for cid, names in items]
 
@@ -390,7 +390,7 @@ class TableStore:
         cids = self.blocks.put_many([(data, RAW) for _, data in segments], early=bulk)
         if not bulk:
             for cid, (table, _) in zip(cids, segments, strict=True):
-                self._segments.put(cid.bytes, table, _weight(table))
+                self._segments.put(cid.bytes, table, table_weight(table))
         return [(cid, len(data)) for cid, (_, data) in zip(cids, segments, strict=True)]
 
     # -- key indexes -------------------------------------------------------------
@@ -456,7 +456,7 @@ _TABLE_OVERHEAD = 512
 _COLUMN_OVERHEAD = 1024
 
 
-def _weight(table: pa.Table) -> int:
+def table_weight(table: pa.Table) -> int:
     """A decoded table's weight in the cache: the bytes of the buffers it keeps alive, plus
     the objects that hold them.
 
