@@ -49,7 +49,7 @@ import numbers
 import struct
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, SupportsInt, cast
 
 import numpy as np
 import pyarrow as pa
@@ -185,7 +185,7 @@ def _temporal_check(target: pa.DataType) -> Check:
     def check(value: Any) -> str | None:
         if isinstance(value, _NUMBERS) and not isinstance(value, _NUMPY_TIMES):
             lost = _integer_loss(value)
-            if not lost and unit == "ms" and is_date and int(value) % _DAY_MS:
+            if not lost and unit == "ms" and is_date and int(cast(SupportsInt, value)) % _DAY_MS:
                 lost = "it is not a whole number of days"  # date64 counts days in ms
             return (
                 f"{lost}: a number in a {target} field counts its unit ({unit})" if lost else None
