@@ -32,6 +32,7 @@ from merkle.lazy import compute as pc
 from merkle.tablets.dicts import decoded_values
 from merkle.tablets.fitexact import misfit_rows, needs_exactness_check, row_text
 from merkle.tablets.fits import Convert, exact_numbers, loss_check
+from merkle.tablets.pylimits import failing_kind, python_limit
 from merkle.tablets.schema import show_value, type_family
 
 __all__ = ["fit_column", "typed_array"]
@@ -114,8 +115,9 @@ def fit_column(
 
 def _python_values(column: pa.Array | pa.ChunkedArray, place: _Place) -> list[Any]:
     """``column`` as Python values, for a check value by value; SchemaError naming the
-    first value Python has no form for (a timestamp beyond year 9999), found by halving
-    the rows rather than converting them one by one."""
+    first value Python has no form for (a timestamp beyond year 9999, a duration beyond
+    a timedelta's days) and the limit of its kind, found by halving the rows rather
+    than converting them one by one."""
     unconvertible = (OverflowError, ValueError, pa.ArrowException)
     try:
         values: list[Any] = column.to_pylist()
@@ -131,11 +133,14 @@ def _python_values(column: pa.Array | pa.ChunkedArray, place: _Place) -> list[An
             high = middle
         else:
             low = middle
+    one = column.slice(low, 1)
+    kind = failing_kind(one.combine_chunks() if isinstance(one, pa.ChunkedArray) else one)
+    limit = python_limit(kind) if kind is not None else None
     raise SchemaError(
         f"{place.what} {place.name!r} is {place.target}: the value "
         f"{show_value(row_text(column, low))} of {place.record(low)} has no Python form "
-        "(years 1 to 9999 only), and no cast converts it to the field's type to check it "
-        f"exactly: {place.way_out()}"
+        f"({limit or 'Python cannot hold it'}), and no cast converts it to the field's type "
+        f"to check it exactly: {place.way_out()}"
     )
 
 

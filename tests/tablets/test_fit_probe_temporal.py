@@ -206,3 +206,18 @@ def test_a_date64_number_that_is_not_whole_days_is_refused(value: Any) -> None:
             db.write("t", [{"k": 1, "d": value}])
         days = db.write("t", [{"k": 1, "d": 2 * 86_400_000}]).to_arrow("t")
         assert days.column("d").to_pylist() == [dt.date(1970, 1, 3)]
+
+
+def test_a_written_value_with_no_python_form_names_its_kinds_limit() -> None:
+    """A value checked one by one (no cast kernel: a struct member Arrow cannot match)
+    that Python cannot hold said "(years 1 to 9999 only)" for any kind; a duration has
+    no years (fixer's note, twenty-third session)."""
+    member = pa.field("x", pa.int64(), nullable=False)
+    kind = pa.struct([pa.field("d", pa.duration("s")), member])
+    schema = pa.schema([("k", pa.int64()), ("s", kind)])
+    column = pa.array([{"d": 2**62}], pa.struct([("d", pa.duration("s"))]))
+    with merkle.connect("memory://") as conn:
+        db = conn.create_db("x").create_table("t", key="k", schema=schema)
+        with pytest.raises(SchemaError, match="timedelta, which holds") as raised:
+            db.write("t", pa.table({"k": [1], "s": column}))
+        assert "9999" not in str(raised.value)
