@@ -7,9 +7,10 @@ naming the column and what to do, checked before the conversion where pandas
 says enough (two columns of one name, a sparse or complex column) and column
 by column after it fails (a column of mixed values).
 
-A column that Arrow cannot type by itself may still fit the table's own field:
-``to_pandas`` gives a map field as lists of ``(key, value)`` tuples, which no
-inference reads as a map. Such a column is converted to the field's type as
+A column that Arrow cannot type by itself, or types as another type, may still
+fit the table's own field: ``to_pandas`` gives a map field as lists of ``(key,
+value)`` tuples, which no inference reads as a map, and a uuid inside a list as
+its 16 bytes, which inference reads as binary. Such a column is converted to the field's type as
 records are (:func:`~merkle.tablets.fitcolumn.typed_array`: a value the type
 would cut or round is a SchemaError, never stored changed), so ``to_pandas``
 then ``write`` stores what it read.
@@ -31,6 +32,7 @@ import pyarrow as pa
 from merkle.errors import SchemaError, UsageError
 from merkle.tablets.conform import KeyLayout
 from merkle.tablets.fitcolumn import typed_array
+from merkle.tablets.recordcolumn import record_column
 from merkle.tablets.schema import is_free
 
 __all__ = ["pandas_table"]
@@ -61,7 +63,7 @@ def pandas_table(
     data, columns = _index_as_columns(frame, table)
     _check_kinds(data, columns, table)
     _check_keys_present(data, key, table)
-    typed = _map_columns(data, columns, schema)
+    typed = _field_typed_columns(data, columns, schema)
     if not typed:
         try:
             return pa.Table.from_pandas(data, columns=columns, preserve_index=False)
@@ -70,17 +72,21 @@ def pandas_table(
     return _by_column(data, columns, schema, key, table, typed)
 
 
-def _holds_map(kind: pa.DataType) -> bool:
-    if pa.types.is_map(kind):
+def _inferred_wrongly(kind: pa.DataType, *, top: bool = True) -> bool:
+    """Whether inference may type a ``to_pandas`` column of ``kind`` as another type: a
+    map (lists of ``(key, value)`` tuples read as lists of lists where Arrow can type the
+    entries), or an extension type inside a list, struct or map (its storage values:
+    a nested uuid's 16 bytes read as binary)."""
+    if pa.types.is_map(kind) or (not top and isinstance(kind, pa.BaseExtensionType)):
         return True
-    return any(_holds_map(kind.field(i).type) for i in range(kind.num_fields))
+    return any(_inferred_wrongly(kind.field(i).type, top=False) for i in range(kind.num_fields))
 
 
-def _map_columns(data: Any, columns: Sequence[Hashable], schema: pa.Schema | None) -> set[str]:
-    """The object columns of fields that hold a map: ``to_pandas`` gives a map as lists
-    of ``(key, value)`` tuples, which inference reads as lists of lists where it can
-    type the entries (``map<string, string>``), so such columns always take the field's
-    type."""
+def _field_typed_columns(
+    data: Any, columns: Sequence[Hashable], schema: pa.Schema | None
+) -> set[str]:
+    """The object columns whose fields :func:`_inferred_wrongly` holds: they always take
+    the field's type (as records do), never inference's."""
     if schema is None:
         return set()
     typed = set()
@@ -88,7 +94,7 @@ def _map_columns(data: Any, columns: Sequence[Hashable], schema: pa.Schema | Non
         label = _label(name)
         if label in schema.names and data[name].dtype == object:
             field = schema.field(label)
-            if not is_free(field) and _holds_map(field.type):
+            if not is_free(field) and _inferred_wrongly(field.type):
                 typed.add(label)
     return typed
 
@@ -221,7 +227,10 @@ def _by_column(
             )
         values = series.astype(object).where(series.notna(), None).tolist()
         try:
-            arrays.append(typed_array(label, values, field.type, _key_of(data, key)))
+            if label in typed:  # built as records are: extension types inside too
+                arrays.append(record_column(label, values, field.type, _key_of(data, key)))
+            else:
+                arrays.append(typed_array(label, values, field.type, _key_of(data, key)))
         except SchemaError as exc:  # named like a write's: the table, then the field
             raise SchemaError(f"table {table!r}: {exc}") from None
     return pa.Table.from_arrays(arrays, names=labels)
