@@ -284,7 +284,8 @@ def check_known_fields(
 
 
 def check_keys(keys: Any, table: str) -> list[Any]:
-    """A list of keys; a single string or bytes is a UsageError (it is not a list of keys)."""
+    """A list of keys; a single string or bytes is a UsageError (it is not a list of keys).
+    An Arrow array or chunked array (a table's key column) gives its Python values."""
     if isinstance(keys, str | bytes | bytearray) or not isinstance(keys, Iterable):
         raise UsageError(
             f"keys for table {table!r} must be a list of keys, got the "
@@ -297,6 +298,8 @@ def check_keys(keys: Any, table: str) -> list[Any]:
             "values, e.g. df['id'].tolist() (for a composite key, "
             "list(df[['a', 'b']].itertuples(index=False, name=None)))"
         )
+    if isinstance(keys, pa.Array | pa.ChunkedArray):  # iterating one gives Arrow scalars
+        return list(keys.to_pylist())
     return list(keys)
 
 
