@@ -416,6 +416,8 @@ def _restore(column: Any, kind: pa.DataType, name: str = "") -> Any:
     """
     if column.type == kind:
         return column
+    if pa.types.is_null(kind):  # a field not typed yet (no rows): a declared codec's type
+        return pa.nulls(len(column))
     if isinstance(column, pa.ChunkedArray):
         if has_dictionary(kind):
             chunks = [

@@ -287,9 +287,13 @@ def with_free_fields(
         return schema, free
     if isinstance(free, str) or not isinstance(free, Iterable):
         raise SchemaError(f"schema_free must be True, False or a list of field names, got {free!r}")
-    fields = list(schema) if schema is not None else []
-    names = [f.name for f in fields]
     key_fields = [key] if isinstance(key, str) else list(key)
+    # No schema yet: the key fields come first, of type null until the first write types
+    # them (as alter_schema(add=) of a table never written does); the free fields alone
+    # made a table whose reads had no key column, and whose key came after them once
+    # written.
+    fields = list(schema) if schema is not None else [pa.field(n, pa.null()) for n in key_fields]
+    names = [f.name for f in fields]
     for name in free:
         if not isinstance(name, str) or not name:
             raise SchemaError(f"schema_free names fields; {name!r} is not a field name")

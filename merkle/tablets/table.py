@@ -105,6 +105,9 @@ class Table(TableReads):
         key_types: list[pa.DataType] = []
         if schema is not None and set(layout.fields) <= set(schema.names):
             key_types = [field.type for field in key_schema_fields(schema, layout.fields)]
+        if any(pa.types.is_null(kind) for kind in key_types):
+            key_types = []  # not typed yet (a schema of free fields only): the first write does
+        if key_types:
             declared = codec_for_types(key_types)
             if spec is None:
                 spec = declared.spec
