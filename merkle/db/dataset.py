@@ -3,7 +3,8 @@
 ``Database.dataset(table)`` returns a real ``pyarrow.dataset`` (a
 ``FileSystemDataset`` of the IPC format) with one *fragment per tablet*: a
 virtual file, served by a ``pyarrow.fs.PyFileSystem`` handler, whose content
-is that tablet's rows (pending changes laid on) in the table's schema. Each
+is that tablet's rows (pending changes laid on) in the table's schema (but
+for views and run-end encoding: below). Each
 fragment carries its key range as its partition expression, so a filter on
 the key (``WHERE id BETWEEN 10 AND 20`` in DuckDB, ``pl.col("id") >= 10`` in
 Polars) prunes the tablets outside it before any of them is read; only the
@@ -12,6 +13,12 @@ projected columns are decoded. Nothing is read until a query runs.
 DuckDB scans it as an Arrow dataset (``duckdb.sql("select ... from ds")``
 with ``ds`` in scope, or ``con.register``); Polars with
 ``pl.scan_pyarrow_dataset(ds)``. A composite key prunes on its first field.
+
+Fields are served as ``to_arrow`` gives them but for string and binary views
+and run-end encoding (at any depth), which are served in their stored, plain
+type (:func:`served_type`): Arrow's dataset scanner has no filter or take
+kernel for them, so a dataset holding one could not be filtered at all, not
+even on its key.
 """
 
 from __future__ import annotations
@@ -25,11 +32,12 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 
 from merkle.errors import SchemaError
+from merkle.tablets.conform import present
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.table import Table
 from merkle.tablets.tree import LeafSlice
 
-__all__ = ["table_dataset"]
+__all__ = ["served_type", "table_dataset"]
 
 
 class _TabletFiles(pafs.FileSystemHandler):  # type: ignore[misc]
@@ -72,7 +80,7 @@ class _TabletFiles(pafs.FileSystemHandler):  # type: ignore[misc]
         table = self.table
         overlay = table.overlay()
         rows = _one_dictionary(
-            table.present(table._tree().materialize(self.leaves[index], overlay, None))
+            _served(table, table._tree().materialize(self.leaves[index], overlay, None))
         )
         sink = pa.BufferOutputStream()
         with pa.ipc.new_file(sink, rows.schema) as writer:
@@ -96,6 +104,54 @@ class _TabletFiles(pafs.FileSystemHandler):  # type: ignore[misc]
 
     create_dir = delete_dir = delete_dir_contents = delete_root_dir_contents = _read_only
     delete_file = move = copy_file = open_output_stream = open_append_stream = _read_only
+
+
+def served_type(kind: pa.DataType) -> pa.DataType:
+    """The type a dataset serves a field of type ``kind`` in: ``kind`` with every string or
+    binary view made ``string`` or ``binary`` and every run-end encoding its value type,
+    at any depth (in a struct, list or map).
+
+    Arrow's dataset scanner filters and takes with kernels that have no case
+    for views or run-end encoding (not at any depth), so one such field made
+    every filter of the dataset fail, on any field. These are the types the
+    table stores such fields in (:func:`~merkle.tablets.schema.storage_type`),
+    with the same values; every other type (dictionaries, extension types,
+    list views) is served as ``to_arrow`` gives it.
+    """
+    types = pa.types
+    if types.is_string_view(kind):
+        return pa.string()
+    if types.is_binary_view(kind):
+        return pa.binary()
+    if types.is_run_end_encoded(kind):
+        return served_type(kind.value_type)
+    if types.is_struct(kind):
+        return pa.struct([_served_field(kind.field(i)) for i in range(kind.num_fields)])
+    if types.is_map(kind):
+        return pa.map_(
+            _served_field(kind.key_field), _served_field(kind.item_field), kind.keys_sorted
+        )
+    if types.is_large_list(kind):
+        return pa.large_list(_served_field(kind.value_field))
+    if types.is_fixed_size_list(kind):
+        return pa.list_(_served_field(kind.value_field), kind.list_size)
+    if types.is_list(kind):
+        return pa.list_(_served_field(kind.value_field))
+    return kind
+
+
+def _served_field(field: pa.Field) -> pa.Field:
+    return field.with_type(served_type(field.type))
+
+
+def _served(table: Table, raw: pa.Table) -> pa.Table:
+    """Rows as read from segments, as the dataset serves them: as ``to_arrow`` gives them
+    (``Table.present``) but with each field of :func:`served_type`."""
+    schema = table.schema
+    if not table.root.typed or schema is None:
+        return table.present(raw)
+    served = pa.schema([_served_field(field) for field in schema], metadata=schema.metadata)
+    return present(raw, served, table.key)
 
 
 def _one_dictionary(rows: pa.Table) -> pa.Table:
@@ -203,7 +259,7 @@ def _as_field_type(value: Any, kind: pa.DataType) -> pa.Scalar | None:
 
 def table_dataset(table: Table) -> tuple[ds.Dataset, _TabletFiles]:
     """A lazy dataset over ``table`` (one fragment per tablet) and its file handler."""
-    schema = table.empty().schema
+    schema = _served(table, table._empty(None)).schema
     leaves: list[LeafSlice] = []
     if table.codec is not None and table.count:
         leaves = table._tree().plan(table.data_ref(), table.overlay(), 0, table.count)

@@ -275,7 +275,9 @@ class RecordOps:
 
     def dataset(self, table: str) -> Any:
         """The table as a lazy ``pyarrow.dataset.Dataset`` (one fragment per tablet) that
-        DuckDB and Polars scan with key-range and projection pushdown."""
+        DuckDB and Polars scan with key-range and projection pushdown; string and binary
+        views and run-end encoded fields are served plain (``string``, ``binary``, the
+        value type), which Arrow's dataset scanner can filter."""
         from merkle.db.dataset import table_dataset  # pyarrow.dataset: only when asked
 
         return table_dataset(self._table(table))[0]
