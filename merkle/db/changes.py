@@ -22,14 +22,9 @@ from merkle.db.upserts import merged_record as _merged
 from merkle.db.upserts import normal_key as _normal
 from merkle.errors import SchemaError, UsageError
 from merkle.lazy import compute as pc
-from merkle.tablets.conform import (
-    KeyLayout,
-    conform_arrow,
-    conform_records,
-    filtered,
-    stored_field,
-)
+from merkle.tablets.conform import KeyLayout, conform_arrow, conform_records, stored_field
 from merkle.tablets.patches import Patches, choose, insert_field
+from merkle.tablets.restore import filtered
 from merkle.tablets.rows import SortedRows, sort_rows
 from merkle.tablets.schema import is_free, show_value
 from merkle.tablets.table import Table

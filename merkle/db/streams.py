@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from merkle.errors import UsageError
 from merkle.lazy import compute as pc
-from merkle.tablets.conform import filtered
+from merkle.tablets.restore import filtered
 from merkle.tablets.table import Table
 
 __all__ = ["batch_reader", "check_filter"]

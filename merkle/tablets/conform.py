@@ -36,11 +36,9 @@ import pyarrow as pa
 from merkle.errors import SchemaError, UsageError
 from merkle.lazy import compute as pc
 from merkle.tablets.dicts import (
-    cast_to,
     check_fits,
     declarable_type,
     has_dictionary,
-    restore_fitting,
 )
 from merkle.tablets.fitcolumn import fit_column
 from merkle.tablets.freeform import in_micros, python_values
@@ -48,6 +46,7 @@ from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
 from merkle.tablets.keytimes import is_naive_timestamp, naive_key_values, record_key_type
 from merkle.tablets.nullness import check_inner_nulls, check_nullability
 from merkle.tablets.recordcolumn import check_kind_column, record_column
+from merkle.tablets.restore import restore_column
 from merkle.tablets.schema import (
     check_declared_type,
     composite_column,
@@ -70,7 +69,6 @@ __all__ = [
     "codec_for_types",
     "conform_arrow",
     "conform_records",
-    "filtered",
     "fit_column",
     "present",
     "present_records",
@@ -407,68 +405,6 @@ def _key_label(key: KeyLayout) -> str:
 # -- reading ---------------------------------------------------------------------
 
 
-def _restore(column: Any, kind: pa.DataType, name: str = "") -> Any:
-    """A stored column as the schema's type (struct fields matched by position).
-
-    A column whose values outnumber a dictionary index type of ``kind``
-    comes back as several chunks, each with a dictionary that fits
-    (:func:`~merkle.tablets.dicts.restore_fitting`).
-    """
-    if column.type == kind:
-        return column
-    if pa.types.is_null(kind):  # a field not typed yet (no rows): a declared codec's type
-        return pa.nulls(len(column))
-    if isinstance(column, pa.ChunkedArray):
-        if has_dictionary(kind):
-            chunks = [
-                piece
-                for chunk in column.chunks
-                for piece in restore_fitting(name, chunk, kind, _restore)
-            ]
-            return pa.chunked_array(chunks, type=kind)
-        return pa.chunked_array([_restore(chunk, kind) for chunk in column.chunks], type=kind)
-    if pa.types.is_struct(kind) and pa.types.is_struct(column.type):
-        children = [_restore(column.field(i), kind.field(i).type) for i in range(kind.num_fields)]
-        return pa.StructArray.from_arrays(
-            children, fields=list(kind), mask=column.is_null() if column.null_count else None
-        )
-    if pa.types.is_run_end_encoded(kind):
-        return pc.run_end_encode(_restore(column, kind.value_type), run_end_type=kind.run_end_type)
-    return cast_to(column, kind)  # a plain cast, or dictionaries Arrow does not cast to
-
-
-def filtered(rows: pa.Table, predicate: Any) -> pa.Table:
-    """``rows.filter(predicate)`` of rows in the user's types (``predicate`` a
-    ``pyarrow.compute.Expression``).
-
-    Arrow has no filter kernel for string and binary views nor for run-end
-    encoded columns (at any depth): such columns are filtered in their stored
-    form (:func:`~merkle.tablets.schema.storage_type`, which the predicate
-    compares as it would the declared type) and given their types back after,
-    as a read gives them.
-    """
-    try:
-        return rows.filter(predicate)
-    except pa.ArrowNotImplementedError:
-        if all(storage_type(field.type) == field.type for field in rows.schema):
-            raise
-    plain = [_stored_column(column) for column in rows.columns]
-    kept = pa.Table.from_arrays(plain, names=rows.column_names).filter(predicate)
-    columns = [
-        _restore(kept.column(i), field.type, field.name) for i, field in enumerate(rows.schema)
-    ]
-    return pa.Table.from_arrays(columns, schema=rows.schema)
-
-
-def _stored_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    stored = storage_type(column.type)
-    if stored == column.type:
-        return column
-    if pa.types.is_run_end_encoded(column.type):
-        column = pc.run_end_decode(column)  # no cast kernel from run-end encoding
-    return column.cast(stored)
-
-
 def _wanted(schema: pa.Schema, key: KeyLayout, fields: Sequence[str] | None) -> list[pa.Field]:
     if fields is None:
         return list(schema)
@@ -507,9 +443,9 @@ def present(
     for field in chosen:
         name = field.name
         if name in parts:
-            arrays.append(_restore(parts[name], field.type, name))
+            arrays.append(restore_column(parts[name], field.type, name))
         elif name in held:
-            arrays.append(_restore(raw.column(name), field.type, name))
+            arrays.append(restore_column(raw.column(name), field.type, name))
         else:
             arrays.append(pa.nulls(count, field.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(chosen))
@@ -554,7 +490,7 @@ def present_records(
                 values = naive_key_values(raw.column(key.column), index, key.composite)
         elif name in held:
             # Records need no dictionary encoding: the storage type gives the same values.
-            column = in_micros(_restore(raw.column(name), storage_type(field.type)), name)
+            column = in_micros(restore_column(raw.column(name), storage_type(field.type)), name)
             if is_free(field):
                 values = column_values(
                     pa.table([column], schema=pa.schema([field.with_type(column.type)])), name

@@ -1,0 +1,111 @@
+"""Stored columns given the schema's types back, and filters over rows in those types.
+
+Segments store a field in its :func:`~merkle.tablets.schema.storage_type`
+(no dictionaries, views or run-end encoding); a read gives each column the
+field's own type (:func:`restore_column`), and a filter over rows in those
+types (:func:`filtered`) works around the types Arrow cannot filter.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from merkle.lazy import compute as pc
+from merkle.tablets.dicts import cast_to, has_dictionary, restore_fitting
+from merkle.tablets.schema import storage_type
+
+__all__ = ["filtered", "restore_column"]
+
+
+def restore_column(column: Any, kind: pa.DataType, name: str = "") -> Any:
+    """A stored column as the schema's type (struct fields matched by position).
+
+    A column whose values outnumber a dictionary index type of ``kind``
+    comes back as several chunks, each with a dictionary that fits
+    (:func:`~merkle.tablets.dicts.restore_fitting`).
+    """
+    if column.type == kind:
+        return column
+    if pa.types.is_null(kind):  # a field not typed yet (no rows): a declared codec's type
+        return pa.nulls(len(column))
+    if isinstance(column, pa.ChunkedArray):
+        if has_dictionary(kind):
+            chunks = [
+                piece
+                for chunk in column.chunks
+                for piece in restore_fitting(name, chunk, kind, restore_column)
+            ]
+            return pa.chunked_array(chunks, type=kind)
+        return pa.chunked_array([restore_column(chunk, kind) for chunk in column.chunks], type=kind)
+    if pa.types.is_struct(kind) and pa.types.is_struct(column.type):
+        children = [
+            restore_column(column.field(i), kind.field(i).type) for i in range(kind.num_fields)
+        ]
+        return pa.StructArray.from_arrays(
+            children, fields=list(kind), mask=column.is_null() if column.null_count else None
+        )
+    if pa.types.is_run_end_encoded(kind):
+        return pc.run_end_encode(
+            restore_column(column, kind.value_type), run_end_type=kind.run_end_type
+        )
+    try:
+        return cast_to(column, kind)  # a plain cast, or dictionaries Arrow does not cast to
+    except pa.ArrowNotImplementedError:
+        lists = _LIST_ARRAYS.get(kind.id)
+        if lists is None or column.type.id != kind.id:
+            raise
+    # A list of a type no cast reaches (run-end encoded items): its items restored.
+    mask = column.is_null() if column.null_count else None
+    if pa.types.is_fixed_size_list(kind):
+        size = kind.list_size
+        values = column.values.slice(column.offset * size, len(column) * size)
+        items = restore_column(values, kind.value_type)
+        return pa.FixedSizeListArray.from_arrays(items, type=kind, mask=mask)
+    items = restore_column(column.values, kind.value_type)
+    offsets = column.offsets  # a fresh copy for a slice: Arrow takes no mask beside a sliced one
+    if offsets.offset:
+        offsets = pa.array(offsets.to_numpy(zero_copy_only=False), type=offsets.type)
+    return lists.from_arrays(offsets, items, type=kind, mask=mask)
+
+
+#: The list arrays whose items :func:`restore_column` restores when no cast reaches them.
+_LIST_ARRAYS: dict[int, Any] = {
+    pa.list_(pa.int8()).id: pa.ListArray,
+    pa.large_list(pa.int8()).id: pa.LargeListArray,
+    pa.list_(pa.int8(), 1).id: pa.FixedSizeListArray,
+}
+
+
+def filtered(rows: pa.Table, predicate: Any) -> pa.Table:
+    """``rows.filter(predicate)`` of rows in the user's types (``predicate`` a
+    ``pyarrow.compute.Expression``).
+
+    Arrow has no filter kernel for string and binary views nor for run-end
+    encoded columns (at any depth): such columns are filtered in their stored
+    form (:func:`~merkle.tablets.schema.storage_type`, which the predicate
+    compares as it would the declared type) and given their types back after,
+    as a read gives them.
+    """
+    try:
+        return rows.filter(predicate)
+    except pa.ArrowNotImplementedError:
+        if all(storage_type(field.type) == field.type for field in rows.schema):
+            raise
+    plain = [_stored_column(column) for column in rows.columns]
+    kept = pa.Table.from_arrays(plain, names=rows.column_names).filter(predicate)
+    columns = [
+        restore_column(kept.column(i), field.type, field.name)
+        for i, field in enumerate(rows.schema)
+    ]
+    return pa.Table.from_arrays(columns, schema=rows.schema)
+
+
+def _stored_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    stored = storage_type(column.type)
+    if stored == column.type:
+        return column
+    if pa.types.is_run_end_encoded(column.type):
+        column = pc.run_end_decode(column)  # no cast kernel from run-end encoding
+    return column.cast(stored)
