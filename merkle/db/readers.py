@@ -54,7 +54,9 @@ class ReaderLease:
         self._box = [lease]  # the current lease; renewals replace it
         self._keeper = keeper
         self.lapsed: str | None = None  # why the lease can no longer be relied on
-        self._renewing = threading.Lock()  # one renewal or recovery at a time
+        # One renewal, recovery or release at a time; reentrant, so that a release
+        # from a signal handler that interrupted a renewal on its own thread goes on.
+        self._renewing = threading.RLock()
         self._finalizer = weakref.finalize(self, keeper._release_box, self._box)
 
     @property
@@ -73,6 +75,8 @@ class ReaderLease:
         undone (the lease came back and kept its version from collections until
         it expired).
         """
+        if not self._finalizer.alive:
+            return  # released already, or inherited by a forked child (detached there)
         with self._renewing:
             self._finalizer()
 
@@ -261,6 +265,7 @@ def _forget_after_fork() -> None:
     for keeper in list(_KEEPERS):
         for handle in list(keeper._held):
             handle._finalizer.detach()
+            handle._renewing = threading.RLock()  # a renewal held it at the fork: not here
     _KEEPERS.clear()
 
 

@@ -21,21 +21,21 @@ __all__ = ["UnleasedBlocks", "head_staging", "unleased_explainer", "unleased_sta
 
 
 def unleased_explainer(
-    db: str, version: int, head_version: Callable[[], int | None]
+    db: str, version: int, still_kept: Callable[[], bool]
 ) -> Callable[[MerkleError], MerkleError]:
     """What a missing block read for version ``version`` of ``db`` (opened without a
-    lease) means: the reader-lease advice when the version is no longer the head
-    (``head_version()``, asked only then); the plain error otherwise."""
+    lease) means: the reader-lease advice once retention no longer keeps the version
+    (``still_kept()``, asked only then: it is the head, or still in the journal); the
+    plain error otherwise, which is damage (``merkle verify``), not a collection."""
 
     def explain(error: MerkleError) -> MerkleError:
         if not isinstance(error, MissingBlockError):
             return error
         try:
-            head = head_version()
+            if still_kept():
+                return error  # a kept version's blocks are kept: this is damage
         except MerkleError:
             return error  # the lake cannot say: the plain error is all there is
-        if head == version:
-            return error  # the head's blocks are kept: this is damage (run merkle verify)
         return MissingBlockError(
             f"{error}: version {version} of database {db!r} was opened without "
             "a reader lease, and a collection removes the blocks of versions retention no "
@@ -49,35 +49,44 @@ def unleased_explainer(
 
 class UnleasedBlocks(BlockStore):
     """Reads of ``base`` (its store and node cache shared) for version ``version`` of
-    database ``db``: a missing block's error adds the reader-lease advice when the
-    version is no longer the head (see :func:`unleased_explainer`)."""
+    database ``db``: a missing block's error adds the reader-lease advice when
+    retention no longer keeps the version (see :func:`unleased_explainer`)."""
 
     def __init__(
-        self, base: BlockStore, db: str, version: int, head_version: Callable[[], int | None]
+        self, base: BlockStore, db: str, version: int, still_kept: Callable[[], bool]
     ) -> None:
         super().__init__(base.store, hash=base.hash_code, node_cache=base.node_cache)
-        self._explain = unleased_explainer(db, version, head_version)
+        self._explain = unleased_explainer(db, version, still_kept)
 
     def _missing(self, cid: CID) -> MerkleError:
         return self._explain(super()._missing(cid))
 
 
-def _head_of(refs: RefManager, db: str) -> Callable[[], int | None]:
-    def head_version() -> int | None:
-        head = refs.head(db)
-        return None if head is None else head.version
+def _kept(refs: RefManager, db: str, version: int) -> Callable[[], bool]:
+    """Whether the journal still keeps ``version`` of ``db``: the head, or an entry
+    retention has not trimmed (a collection keeps the blocks of both)."""
 
-    return head_version
+    def kept() -> bool:
+        head = refs.head(db)
+        if head is None:
+            return False
+        if head.version == version:
+            return True
+        oldest = refs.oldest_version(db)
+        return oldest is not None and oldest <= version < head.version
+
+    return kept
 
 
 def unleased_staging(blocks: BlockStore, refs: RefManager, entry: JournalEntry) -> StagedBlocks:
     """The staging area of a past version (by number, time or tag) read without a lease."""
-    return StagedBlocks(UnleasedBlocks(blocks, entry.db, entry.version, _head_of(refs, entry.db)))
+    kept = _kept(refs, entry.db, entry.version)
+    return StagedBlocks(UnleasedBlocks(blocks, entry.db, entry.version, kept))
 
 
 def head_staging(blocks: BlockStore, refs: RefManager, entry: JournalEntry) -> StagedBlocks:
     """The staging area of a head opened without a lease: it reads ``blocks`` itself (as
     hooks and wrappers of the connection's blocks expect), and a block missing once
     newer versions exist says why, as a past version's does."""
-    explain = unleased_explainer(entry.db, entry.version, _head_of(refs, entry.db))
+    explain = unleased_explainer(entry.db, entry.version, _kept(refs, entry.db, entry.version))
     return StagedBlocks(blocks, explain=explain)

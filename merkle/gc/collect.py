@@ -425,6 +425,15 @@ def gc(
     return report
 
 
+#: The note of a report saved before the trim and sweep: the complete report replaces it
+#: when the collection ends, so a stored report with it is of one that stopped part way.
+UNFINISHED = (
+    "saved before the trim and sweep: this collection did not finish (it stopped, was "
+    "interrupted or lost its lock part way): what it trimmed and deleted is not counted "
+    "here; run gc again"
+)
+
+
 def _collect(
     run: _Run,
     listed: list[tuple[CID, ObjectInfo]],
@@ -455,8 +464,10 @@ def _collect(
         lock.ensure_held()
         # The report is written before anything is trimmed or deleted (and again, whole,
         # at the end): a lake that cannot take it (a full disk) stops the collection
-        # here, having changed nothing, as operations.md says.
+        # here, having changed nothing, as operations.md says. Until then it says so.
+        report.notes.append(UNFINISHED)
         report.save(conn.store)
+        report.notes.remove(UNFINISHED)
         for name, first in run.trim_before.items():
             conn.refs.trim(name, first)
         run.phase("trim")

@@ -152,10 +152,14 @@ class WriterSession:
     def _give_back(self, token: object) -> None:
         """End the use a hold registered under ``token`` (none: nothing to do); release a
         retired lease whose last use it was."""
+        # Unregistered before the lock is waited for (one atomic pop): a Ctrl-C during
+        # that wait (other threads hold the lock across store reads) must not leave the
+        # use registered. A retired lease left unreleased so is released by the
+        # renewing thread once nothing uses it.
+        lease_id = self._holders.pop(token, None)
+        if lease_id is None:
+            return
         with self._lock:
-            lease_id = self._holders.pop(token, None)
-            if lease_id is None:
-                return
             self._last_used = time.monotonic()
             if not self._in_use(lease_id):
                 retired = self._retired.pop(lease_id, None)
@@ -239,6 +243,10 @@ class WriterSession:
                     self._thread = None  # decided under the lock: hold() starts a new one
                     return
                 for old in list(self._retired.values()):
+                    if not self._in_use(old.id):  # its last use ended unreleased
+                        del self._retired[old.id]
+                        self._release_quietly(old)
+                        continue
                     with contextlib.suppress(Exception):  # a lapse shows at commit time
                         if not self._usable(old):
                             self._retired[old.id] = self.leases.renew(old, self.ttl)
