@@ -264,8 +264,6 @@ def change_batch(
     named = key_names is not None and pa.types.is_struct(key.type)
     if named and key_names is not None and key.type.num_fields == len(key_names):
         key = pa.StructArray.from_arrays(key.flatten(), names=list(key_names))
-    if key_types is not None:
-        key = typed_key_column(key, key_types)
     kinds = pa.array(
         [CHANGE_DELETE] * nd + [CHANGE_UPDATE] * nu + [CHANGE_INSERT] * ni, type=pa.string()
     )
@@ -281,6 +279,9 @@ def change_batch(
         [r.keys for r in (deleted, updated_new, inserted) if len(r)] or [deleted.keys]
     )
     ordered = batch.take(pc.sort_indices(encoded))
+    if key_types is not None:  # after the take: Arrow has none for a string_view key
+        typed = typed_key_column(ordered.column("key").combine_chunks(), key_types)
+        ordered = ordered.set_column(0, "key", typed)
     return pa.RecordBatch.from_arrays(
         [column.combine_chunks() for column in ordered.columns], schema=ordered.schema
     )

@@ -29,6 +29,15 @@ KINDS: dict[str, tuple[Any, dict[str, pa.Array]]] = {
     "float32": ("k", {"k": pa.array([0.5 * i for i in range(_N)], pa.float32())}),
     "large-string": ("k", {"k": pa.array([f"k{i}" for i in range(_N)], pa.large_string())}),
     "large-binary": ("k", {"k": pa.array([b"k%d" % i for i in range(_N)], pa.large_binary())}),
+    "string-view": ("k", {"k": pa.array([f"k{i}" for i in range(_N)], pa.string_view())}),
+    "binary-view": ("k", {"k": pa.array([b"k%d" % i for i in range(_N)], pa.binary_view())}),
+    "composite-string-view-int64": (
+        ["g", "n"],
+        {
+            "g": pa.array([f"g{i % 2}" for i in range(_N)], pa.string_view()),
+            "n": pa.array(range(_N), pa.int64()),
+        },
+    ),
     "composite-int16-large-string": (
         ["g", "n"],
         {
