@@ -46,7 +46,7 @@ from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
 from merkle.tablets.keytimes import is_naive_timestamp, naive_key_values, record_key_type
 from merkle.tablets.nullness import check_inner_nulls, check_nullability
 from merkle.tablets.recordcolumn import check_kind_column, record_column
-from merkle.tablets.restore import restore_column
+from merkle.tablets.restore import null_column, restore_column
 from merkle.tablets.schema import (
     check_declared_type,
     composite_column,
@@ -447,7 +447,7 @@ def present(
         elif name in held:
             arrays.append(restore_column(raw.column(name), field.type, name))
         else:
-            arrays.append(pa.nulls(count, field.type))
+            arrays.append(null_column(count, field.type))
     return pa.Table.from_arrays(arrays, schema=pa.schema(chosen))
 
 

@@ -16,7 +16,7 @@ from merkle.lazy import compute as pc
 from merkle.tablets.dicts import cast_to, has_dictionary, restore_fitting
 from merkle.tablets.schema import storage_type
 
-__all__ = ["filtered", "restore_column"]
+__all__ = ["filtered", "null_column", "restore_column"]
 
 
 def restore_column(column: Any, kind: pa.DataType, name: str = "") -> Any:
@@ -50,13 +50,11 @@ def restore_column(column: Any, kind: pa.DataType, name: str = "") -> Any:
         return pc.run_end_encode(
             restore_column(column, kind.value_type), run_end_type=kind.run_end_type
         )
-    try:
+    lists = _LIST_ARRAYS.get(kind.id) if column.type.id == kind.id else None
+    if lists is None or not _holds_run_ends(kind.value_type):
         return cast_to(column, kind)  # a plain cast, or dictionaries Arrow does not cast to
-    except pa.ArrowNotImplementedError:
-        lists = _LIST_ARRAYS.get(kind.id)
-        if lists is None or column.type.id != kind.id:
-            raise
-    # A list of a type no cast reaches (run-end encoded items): its items restored.
+    # A list of run-end encoded items: no cast reaches them (and an empty column's cast
+    # "succeeds" with an invalid array), so its items are restored.
     mask = column.is_null() if column.null_count else None
     if pa.types.is_fixed_size_list(kind):
         size = kind.list_size
@@ -68,6 +66,21 @@ def restore_column(column: Any, kind: pa.DataType, name: str = "") -> Any:
     if offsets.offset:
         offsets = pa.array(offsets.to_numpy(zero_copy_only=False), type=offsets.type)
     return lists.from_arrays(offsets, items, type=kind, mask=mask)
+
+
+def null_column(count: int, kind: pa.DataType) -> pa.Array:
+    """``count`` nulls of ``kind``: Arrow's own nulls of a type holding run-end encoded
+    items are invalid (the items get a null bitmap), so those are restored from nulls
+    of the stored type."""
+    if not _holds_run_ends(kind):
+        return pa.nulls(count, kind)
+    return restore_column(pa.nulls(count, storage_type(kind)), kind)
+
+
+def _holds_run_ends(kind: pa.DataType) -> bool:
+    if pa.types.is_run_end_encoded(kind):
+        return True
+    return any(_holds_run_ends(kind.field(i).type) for i in range(kind.num_fields))
 
 
 #: The list arrays whose items :func:`restore_column` restores when no cast reaches them.

@@ -32,3 +32,24 @@ def test_a_list_of_run_ends_reads_back(kind: pa.DataType) -> None:
             assert read.to_pylist() == rows
         got = db.dataset("t").to_table(filter=pc.field("k") >= 2)
         assert got.column("v").to_pylist() == [None, ["b", "a"]]
+
+
+@pytest.mark.parametrize(
+    "kind", [pa.list_(REE), pa.large_list(REE), pa.list_(REE, 2), REE], ids=str
+)
+def test_empty_and_streamed_reads_of_run_ends_are_valid(kind: pa.DataType) -> None:
+    """An empty table's read (and every ``to_batches``, whose schema comes from one) made
+    the field from Arrow's nulls of the type, an invalid array (run-end items with a
+    null bitmap): "Run end encoded array should not have a null bitmap"."""
+    schema = pa.schema([("k", pa.int64()), ("v", kind)])
+    value = "a" if kind == REE else ["a", "b"]
+    with merkle.connect("memory://") as conn:
+        db = conn.create_db("d").create_table("t", key="k", schema=schema)
+        empty = db.to_arrow("t")
+        empty.validate(full=True)
+        assert empty.schema == schema
+        db = db.write("t", [{"k": 1, "v": value}, {"k": 2, "v": None}]).commit()
+        streamed = db.to_batches("t").read_all()
+        streamed.validate(full=True)
+        assert streamed.column("v").to_pylist() == [value, None]
+        assert db.to_arrow("t", fields=["k"]).column_names == ["k"]
