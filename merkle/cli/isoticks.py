@@ -59,10 +59,17 @@ def timestamp_ticks(text: str, unit: str) -> Fraction:
     pyarrow stores a naive ``datetime`` (in a zoned field too)."""
     value = datetime.datetime.fromisoformat(text)
     fraction = _fraction(text, value.microsecond)
-    offset = value.utcoffset() or datetime.timedelta(0)
-    since = value.replace(microsecond=0, tzinfo=None) - offset - _EPOCH
-    micros = (since.days * 86_400 + since.seconds) * 1_000_000 + since.microseconds
+    # The wall time's count and the offset's are taken apart and subtracted as whole
+    # numbers: the instant of 0001-01-01T00:00+01:00 (or 9999-12-31T23:30-01:00) lies
+    # outside what a Python datetime holds, so ``value - offset`` would overflow.
+    wall = _micros(value.replace(microsecond=0, tzinfo=None) - _EPOCH)
+    micros = wall - _micros(value.utcoffset() or datetime.timedelta(0))
     return (Fraction(micros, 1_000_000) + fraction) * _PER_SECOND[unit]
+
+
+def _micros(span: datetime.timedelta) -> int:
+    """``span`` as a whole count of microseconds."""
+    return (span.days * 86_400 + span.seconds) * 1_000_000 + span.microseconds
 
 
 def unit_digits(unit: str) -> str:

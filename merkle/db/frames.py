@@ -200,6 +200,7 @@ def _by_column(
     or with ``typed`` columns): a column inference cannot read, and each ``typed`` one,
     is typed by the table's field of its name, or named in a UsageError."""
     labels = [_label(name) for name in columns]
+    key_of = _key_of(data, key)
     arrays = []
     for name, label in zip(columns, labels, strict=True):
         series = data[name]
@@ -228,9 +229,9 @@ def _by_column(
         values = series.astype(object).where(series.notna(), None).tolist()
         try:
             if label in typed:  # built as records are: extension types inside too
-                arrays.append(record_column(label, values, field.type, _key_of(data, key)))
+                arrays.append(record_column(label, values, field.type, key_of))
             else:
-                arrays.append(typed_array(label, values, field.type, _key_of(data, key)))
+                arrays.append(typed_array(label, values, field.type, key_of))
         except SchemaError as exc:  # named like a write's: the table, then the field
             raise SchemaError(f"table {table!r}: {exc}") from None
     return pa.Table.from_arrays(arrays, names=labels)
@@ -238,14 +239,19 @@ def _by_column(
 
 def _key_of(data: Any, key: KeyLayout | None) -> Callable[[int], Any]:
     """The key of the row at a position, for errors (the position when the frame does
-    not hold the key fields)."""
+    not hold the key fields). The key columns are made Python values (not numpy
+    scalars) once, at the first key asked: reading a pandas Series one row at a time
+    costs tens of microseconds a row."""
     if key is None or not all(name in data.columns for name in key.fields):
         return lambda position: position
     parts = [data[name] for name in key.fields]
+    converted: list[list[Any]] = []
 
-    def value(part: Any, position: int) -> Any:  # a Python value, not a numpy scalar
-        return part.iloc[position : position + 1].tolist()[0]
+    def columns() -> list[list[Any]]:
+        if not converted:
+            converted.extend(part.tolist() for part in parts)
+        return converted
 
     if not key.composite:
-        return lambda position: value(parts[0], position)
-    return lambda position: tuple(value(part, position) for part in parts)
+        return lambda position: columns()[0][position]
+    return lambda position: tuple(column[position] for column in columns())

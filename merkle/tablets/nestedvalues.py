@@ -44,11 +44,19 @@ __all__ = ["prepared_values"]
 
 @dataclass(frozen=True, slots=True)
 class _Where:
-    """The field and record a value belongs to, for the errors."""
+    """The field and record a value belongs to, for the errors. The record's key is
+    asked of ``key_of`` only when an error names it: a caller's ``key_of`` may be
+    slow (a DataFrame's reads its key columns), and a valid column needs no key."""
 
     name: str
     target: pa.DataType
-    key: Any
+    key_of: Callable[[int], Any]
+    position: int
+
+    @property
+    def key(self) -> Any:
+        """The key of the record the value belongs to."""
+        return self.key_of(self.position)
 
 
 Prepare = Callable[[Any, _Where], Any]
@@ -58,9 +66,9 @@ def prepared_values(
     name: str, values: Sequence[Any], target: pa.DataType, key_of: Callable[[int], Any]
 ) -> Sequence[Any]:
     """``values`` (the Python values of field ``name``, of type ``target``, by record;
-    ``key_of(i)`` the key of record ``i``) with their numpy arrays in list places
-    made exact for pyarrow; SchemaError for a value pyarrow would store wrongly or
-    crash on. ``values`` itself when nothing changed."""
+    ``key_of(i)`` the key of record ``i``, asked only for an error) with their numpy
+    arrays in list places made exact for pyarrow; SchemaError for a value pyarrow
+    would store wrongly or crash on. ``values`` itself when nothing changed."""
     prepare = _preparer(target)
     if prepare is None:
         return values
@@ -68,7 +76,7 @@ def prepared_values(
     for position, value in enumerate(values):
         if value is None:
             continue
-        new = prepare(value, _Where(name, target, key_of(position)))
+        new = prepare(value, _Where(name, target, key_of, position))
         if new is not value:
             if out is None:
                 out = list(values)

@@ -39,6 +39,13 @@ def _children(array: pa.Array) -> list[pa.Array]:
         return [array.dictionary_decode()]
     if isinstance(array, pa.StructArray):
         return list(array.flatten())
+    if isinstance(array, pa.MapArray):
+        # Arrow has no list_flatten kernel for a map; its keys and items are whole-column
+        # arrays (not cut to a slice), so they are cut to the slice's offsets here.
+        offsets = array.offsets
+        start = offsets[0].as_py()
+        length = offsets[-1].as_py() - start
+        return [array.keys.slice(start, length), array.items.slice(start, length)]
     kind = array.type
     if (
         pa.types.is_list(kind)
@@ -46,7 +53,6 @@ def _children(array: pa.Array) -> list[pa.Array]:
         or pa.types.is_fixed_size_list(kind)
         or pa.types.is_list_view(kind)
         or pa.types.is_large_list_view(kind)
-        or pa.types.is_map(kind)
     ):
         return [array.flatten()]
     return []
