@@ -27,6 +27,7 @@ import pytest
 
 import merkle
 from merkle.errors import SchemaError
+from tests.tablets.test_fit_probe_values import _put, _table
 
 WAYS = ("write", "upsert", "update", "update-mixed")
 
@@ -39,25 +40,6 @@ TEMPORAL = [
     pa.time64("us"),
     pa.date32(),
 ]
-
-
-def _table(kind: pa.DataType) -> Any:
-    """A database whose table ``t`` has field ``v`` of ``kind``, with records 1 and 2."""
-    schema = pa.schema([("k", pa.int64()), ("v", kind), ("w", pa.int64())])
-    db = merkle.connect("memory://").create_db("d").create_table("t", key="k", schema=schema)
-    return db.write("t", [{"k": 1}, {"k": 2}]).commit()
-
-
-def _put(db: Any, way: str, value: Any) -> Any:
-    """``db`` with record 1's field ``v`` set to ``value`` the given way, committed."""
-    if way == "write":
-        return db.write("t", [{"k": 1, "v": value}]).commit()
-    if way == "upsert":
-        return db.upsert("t", [{"k": 1, "v": value}]).commit()
-    if way == "update":
-        return db.update("t", {1: {"v": value}}).commit()
-    # Changes setting different fields: conformed as records, not as one Arrow column.
-    return db.update("t", {1: {"v": value}, 2: {"w": 0}}).commit()
 
 
 def _wrapped(kind: pa.DataType, value: Any, shape: str) -> tuple[pa.DataType, Any]:
