@@ -300,7 +300,9 @@ def _from_iso(parse: Callable[[str], Any]) -> Callable[[Any, pa.DataType], Any]:
     return convert
 
 
-def _exact_ticks(ticks: Callable[[str, str], Fraction]) -> Callable[[Any, pa.DataType], int]:
+def _exact_ticks(
+    ticks: Callable[[str, str], int | Fraction],
+) -> Callable[[Any, pa.DataType], int]:
     """The converter of a time or timestamp: its count of ``kind``'s unit, every digit of
     the fraction of a second read (``merkle.cli.isoticks``), which pyarrow builds exactly;
     a fraction finer than the unit (``00:00:00.0000015`` in ``time64[us]``) is refused,
