@@ -33,6 +33,7 @@ from merkle.tablets.dicts import decoded_values
 from merkle.tablets.fitexact import misfit_rows, needs_exactness_check, row_text
 from merkle.tablets.fits import Convert, exact_numbers, loss_check
 from merkle.tablets.pylimits import failing_kind, python_limit
+from merkle.tablets.restore import decode_run_ends, holds_run_ends
 from merkle.tablets.schema import show_value, type_family
 
 __all__ = ["fit_column", "typed_array"]
@@ -60,8 +61,8 @@ def fit_column(
         source = column.type
         if source == target:
             return column
-    if pa.types.is_run_end_encoded(source):
-        column = pc.run_end_decode(column)  # no cast kernel from run-end encoding
+    if holds_run_ends(source):
+        column = decode_run_ends(column)  # no cast kernel from run-end encoding, at any depth
         source = column.type
         if source == target:
             return column
