@@ -16,9 +16,9 @@ with ``ds`` in scope, or ``con.register``); Polars with
 
 Fields are served as ``to_arrow`` gives them but for string and binary views
 and run-end encoding (at any depth), which are served in their stored, plain
-type (:func:`served_type`): Arrow's dataset scanner has no filter or take
-kernel for them, so a dataset holding one could not be filtered at all, not
-even on its key.
+type (:func:`~merkle.tablets.schema.served_type`): Arrow's dataset scanner has
+no filter or take kernel for them, so a dataset holding one could not be
+filtered at all, not even on its key.
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ import pyarrow.fs as pafs
 from merkle.errors import SchemaError
 from merkle.tablets.conform import present
 from merkle.tablets.keys import KeyCodec
+from merkle.tablets.schema import served_type
 from merkle.tablets.table import Table
 from merkle.tablets.tree import LeafSlice
 
-__all__ = ["served_type", "table_dataset"]
+__all__ = ["table_dataset"]
 
 
 class _TabletFiles(pafs.FileSystemHandler):  # type: ignore[misc]
@@ -106,51 +107,15 @@ class _TabletFiles(pafs.FileSystemHandler):  # type: ignore[misc]
     delete_file = move = copy_file = open_output_stream = open_append_stream = _read_only
 
 
-def served_type(kind: pa.DataType) -> pa.DataType:
-    """The type a dataset serves a field of type ``kind`` in: ``kind`` with every string or
-    binary view made ``string`` or ``binary`` and every run-end encoding its value type,
-    at any depth (in a struct, list or map).
-
-    Arrow's dataset scanner filters and takes with kernels that have no case
-    for views or run-end encoding (not at any depth), so one such field made
-    every filter of the dataset fail, on any field. These are the types the
-    table stores such fields in (:func:`~merkle.tablets.schema.storage_type`),
-    with the same values; every other type (dictionaries, extension types,
-    list views) is served as ``to_arrow`` gives it.
-    """
-    types = pa.types
-    if types.is_string_view(kind):
-        return pa.string()
-    if types.is_binary_view(kind):
-        return pa.binary()
-    if types.is_run_end_encoded(kind):
-        return served_type(kind.value_type)
-    if types.is_struct(kind):
-        return pa.struct([_served_field(kind.field(i)) for i in range(kind.num_fields)])
-    if types.is_map(kind):
-        return pa.map_(
-            _served_field(kind.key_field), _served_field(kind.item_field), kind.keys_sorted
-        )
-    if types.is_large_list(kind):
-        return pa.large_list(_served_field(kind.value_field))
-    if types.is_fixed_size_list(kind):
-        return pa.list_(_served_field(kind.value_field), kind.list_size)
-    if types.is_list(kind):
-        return pa.list_(_served_field(kind.value_field))
-    return kind
-
-
-def _served_field(field: pa.Field) -> pa.Field:
-    return field.with_type(served_type(field.type))
-
-
 def _served(table: Table, raw: pa.Table) -> pa.Table:
     """Rows as read from segments, as the dataset serves them: as ``to_arrow`` gives them
-    (``Table.present``) but with each field of :func:`served_type`."""
+    (``Table.present``) but with each field of ``served_type``."""
     schema = table.schema
     if not table.root.typed or schema is None:
         return table.present(raw)
-    served = pa.schema([_served_field(field) for field in schema], metadata=schema.metadata)
+    served = pa.schema(
+        [field.with_type(served_type(field.type)) for field in schema], metadata=schema.metadata
+    )
     return present(raw, served, table.key)
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -46,6 +47,7 @@ __all__ = [
     "is_list_type",
     "key_schema_fields",
     "plain_type",
+    "served_type",
     "show_value",
     "storage_type",
     "type_family",
@@ -128,37 +130,45 @@ def plain_type(kind: pa.DataType) -> pa.DataType:
     return _stored(kind, plain=True)
 
 
-def _stored(kind: pa.DataType, *, plain: bool) -> pa.DataType:
+def served_type(kind: pa.DataType) -> pa.DataType:
+    """:func:`storage_type` of ``kind`` but for its dictionaries, kept: every string or
+    binary view made ``string`` or ``binary`` and every run-end encoding its value type,
+    at any depth, the type ``Database.dataset`` serves a field in (Arrow's dataset
+    scanner has no filter or take kernel for views or run-end encoding, at any depth,
+    and has for dictionaries)."""
+    return _stored(kind, plain=False, dictionaries=True)
+
+
+def _stored(kind: pa.DataType, *, plain: bool, dictionaries: bool = False) -> pa.DataType:
     types = pa.types
     if plain and isinstance(kind, pa.BaseExtensionType):
         if kind.extension_name == "arrow.bool8":
             return pa.bool_()
         return _stored(kind.storage_type, plain=True)
+    if types.is_dictionary(kind) and dictionaries:
+        return kind  # its values are never views (declarable_type) nor run-end encoded
     if types.is_dictionary(kind) or types.is_run_end_encoded(kind):
-        return _stored(kind.value_type, plain=plain)
+        return _stored(kind.value_type, plain=plain, dictionaries=dictionaries)
     if types.is_string_view(kind):
         return pa.string()
     if types.is_binary_view(kind):
         return pa.binary()
+    field = functools.partial(_stored_field, plain=plain, dictionaries=dictionaries)
     if types.is_struct(kind):
-        return pa.struct([_stored_field(kind.field(i), plain) for i in range(kind.num_fields)])
+        return pa.struct([field(kind.field(i)) for i in range(kind.num_fields)])
     if types.is_map(kind):
-        return pa.map_(
-            _stored_field(kind.key_field, plain),
-            _stored_field(kind.item_field, plain),
-            kind.keys_sorted,
-        )
+        return pa.map_(field(kind.key_field), field(kind.item_field), kind.keys_sorted)
     if types.is_large_list(kind):
-        return pa.large_list(_stored_field(kind.value_field, plain))
+        return pa.large_list(field(kind.value_field))
     if types.is_fixed_size_list(kind):
-        return pa.list_(_stored_field(kind.value_field, plain), kind.list_size)
+        return pa.list_(field(kind.value_field), kind.list_size)
     if types.is_list(kind):
-        return pa.list_(_stored_field(kind.value_field, plain))
+        return pa.list_(field(kind.value_field))
     return kind
 
 
-def _stored_field(field: pa.Field, plain: bool) -> pa.Field:
-    return field.with_type(_stored(field.type, plain=plain))
+def _stored_field(field: pa.Field, *, plain: bool, dictionaries: bool) -> pa.Field:
+    return field.with_type(_stored(field.type, plain=plain, dictionaries=dictionaries))
 
 
 # -- the stored form -------------------------------------------------------------
