@@ -155,13 +155,9 @@ def loss_check(target: pa.DataType) -> Check | None:
 
 
 def _is_temporal(target: pa.DataType) -> bool:
-    """Whether ``target`` is a timestamp, time, date or duration type."""
-    return bool(
-        pa.types.is_timestamp(target)
-        or pa.types.is_time(target)
-        or pa.types.is_date(target)
-        or pa.types.is_duration(target)
-    )
+    """Whether ``target`` is a timestamp, time, date or duration type (Arrow's temporal
+    types but its intervals, which count no one unit)."""
+    return bool(pa.types.is_temporal(target) and not pa.types.is_interval(target))
 
 
 #: Milliseconds in a day: every ``date64`` value is a multiple of it.

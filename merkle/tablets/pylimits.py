@@ -15,6 +15,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from merkle.tablets.fits import is_list_like
+
 __all__ = ["failing_kind", "python_limit"]
 
 #: The errors Python's conversion of an Arrow value raises when it has no Python form.
@@ -46,16 +48,7 @@ def _children(array: pa.Array) -> list[pa.Array]:
         start = offsets[0].as_py()
         length = offsets[-1].as_py() - start
         return [array.keys.slice(start, length), array.items.slice(start, length)]
-    kind = array.type
-    if (
-        pa.types.is_list(kind)
-        or pa.types.is_large_list(kind)
-        or pa.types.is_fixed_size_list(kind)
-        or pa.types.is_list_view(kind)
-        or pa.types.is_large_list_view(kind)
-    ):
-        return [array.flatten()]
-    return []
+    return [array.flatten()] if is_list_like(array.type) else []
 
 
 def failing_kind(
