@@ -454,12 +454,6 @@ def _refuse_rounded(given: pa.Array, result: pa.Array, kind: pa.DataType) -> Non
         raise _rounded(kind, given[row].as_py(), back[row].as_py(), row)
 
 
-def _build(values: list[Any], plain: pa.DataType) -> pa.Array:
-    """``values`` as an Array of ``plain`` (a :func:`~merkle.tablets.schema.plain_type`;
-    a time or timestamp is its count of the unit, which pyarrow builds exactly)."""
-    return pa.array(values, plain)
-
-
 def _as_type(array: pa.Array, kind: pa.DataType) -> pa.Array:
     """``array`` (of ``plain_type(kind)``) cast to ``kind``: storage into its extension
     type, text into a dictionary or view. Arrow has no cast into a run-end encoded type;
@@ -484,11 +478,11 @@ def typed_array(values: list[Any], kind: pa.DataType) -> pa.Array:
     plain = plain_type(kind)
     array = None
     with contextlib.suppress(pa.ArrowException, ValueError, TypeError, OverflowError):
-        array = _build(values, plain)
+        array = pa.array(values, plain)  # times and timestamps as counts: built exactly
     if array is None:
         for row, value in enumerate(values):  # the first value that does not fit
             try:
-                _build([value], plain)
+                pa.array([value], plain)
             except (pa.ArrowException, ValueError, TypeError, OverflowError):
                 raise BadValueError(
                     f"does not fit {kind}: write {example(kind)}", None, row
