@@ -488,7 +488,10 @@ def _collect(
     if lock is None:
         freed, size = len(candidates), sum(size for _, size in candidates)
         if report.sweep_skipped:
-            report.sweep_skipped += f"; it would free {freed:,} blocks ({size:,} bytes)"
+            trimmed = _nothing_trimmed(report)
+            report.sweep_skipped += (
+                f"; it would trim {trimmed:,} versions and free {freed:,} blocks ({size:,} bytes)"
+            )
         else:
             report.blocks_freed, report.bytes_freed = freed, size
             report.freed = [str(cid) for cid, _ in candidates]
@@ -509,6 +512,19 @@ def _collect(
         conn.store, run.storage_clock, run.policy.grace.total_seconds()
     )
     run.phase("cleanup")
+
+
+def _nothing_trimmed(report: GCReport) -> int:
+    """Make each database's report say no version was trimmed (a skipped sweep trims
+    nothing: every entry stays kept); the number of versions it planned to trim."""
+    planned = 0
+    for db in report.databases.values():
+        planned += db.versions_trimmed
+        if db.versions_trimmed and db.oldest_kept is not None:
+            db.oldest_kept -= db.versions_trimmed
+        db.versions_kept += db.versions_trimmed
+        db.versions_trimmed = 0
+    return planned
 
 
 def _still_old(
