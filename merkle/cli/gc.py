@@ -91,6 +91,8 @@ def _gc_record(report: GCReport) -> dict[str, Any]:
         "writer_leases_passed": len(report.writer_leases_passed),
         "fences": report.fences,
         "temporaries_removed": report.temporaries_removed,
+        "sweep_skipped": report.sweep_skipped,
+        "notes": "; ".join(report.notes) or None,
         "report": report.report_key,
     }
     for phase, seconds in report.phases.items():
@@ -154,6 +156,13 @@ def gc(
     listing and deleting spread over Spark tasks (needs pyspark and Java 17+).
     See doc/operations.md and doc/spark.md.
     """
+    if break_lock and dry_run:
+        # A dry run takes no lock (it runs with read-only credentials): breaking a live
+        # collector's lock for it would stop that collector and delete nothing.
+        raise click.UsageError(
+            "--break-lock takes the GC lock for a collection that deletes; a dry run takes "
+            "no lock: drop --break-lock (or --dry-run)"
+        )
     conn = connection()
     if break_lock:
         broken = conn.leases.break_gc_lock()
@@ -174,6 +183,8 @@ def gc(
             report = merkle.gc(conn, **settings)
         else:
             report = _spark_gc(spark_master, settings)
+    if report.sweep_skipped and (fmt or default_format()) != "table":
+        _tell(f"sweep skipped: {report.sweep_skipped}")  # the summary says it on a terminal
     _emit(report.summary(), _gc_record(report), fmt)
 
 
