@@ -57,8 +57,10 @@ __all__ = [
 LOCK_PREFIX = "gc/lock/"
 LOCK_TYPE = "merkle/gc-lock"
 _DIGITS = 20
-#: Seconds an undecodable lock generation counts as held after it was written.
-DAMAGED_LOCK_TTL = 60.0
+#: Seconds an undecodable lock generation counts as held after it was written: a
+#: collector's own lock duration (``merkle.gc.collect.LOCK_TTL``), so that with the
+#: skew margin it ends within a writer's default wait for the lock (60 s).
+DAMAGED_LOCK_TTL = 30.0
 
 
 class WritersBusyError(LockHeldError):

@@ -9,6 +9,8 @@ import pytest
 from merkle.errors import UsageError
 from merkle.refs import LeaseExpiredError, LeaseManager, LockHeldError, WritersBusyError
 from merkle.refs.gclock import DAMAGED_LOCK_TTL, LOCK_PREFIX, lock_key, read_lock
+from merkle.refs.leases import DEFAULT_WRITER_WAIT
+from merkle.refs.timing import DEFAULT_SKEW_MARGIN
 from merkle.storage import ObjectStore
 
 from .helpers import FakeClock, FaultyStore
@@ -238,3 +240,19 @@ def test_breaking_the_lock_of_a_killed_collector(store: ObjectStore, clock: Fake
     assert lease.gc_generation == dead.generation + 1
     with breaker.acquire_gc_lock(ttl=60, wait_timeout=0) as lock:
         assert lock.generation == dead.generation + 2
+
+
+def test_a_writer_with_the_default_wait_outlasts_a_fresh_unreadable_lock(
+    store: ObjectStore,
+) -> None:
+    """A torn lock object written just now holds a commit up, but not past the writer's
+    default wait: it counted as held for 60 s plus the 5 s skew margin, so a commit that
+    met it waited its whole 60 s and failed (an operator-docs probe found it)."""
+    store.put(lock_key(2), b"\xff torn")
+    clock = FakeClock(store.stat(lock_key(2)).mtime)
+    writer = LeaseManager(store, clock=clock, sleep=clock.sleep, holder="writer")
+    assert DAMAGED_LOCK_TTL + DEFAULT_SKEW_MARGIN < DEFAULT_WRITER_WAIT
+    start = clock.now
+    lease = writer.acquire_writer(ttl=60)  # the default wait
+    assert clock.now - start >= DAMAGED_LOCK_TTL, "it waited for the damaged lock's expiry"
+    writer.release(lease)
