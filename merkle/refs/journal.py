@@ -432,6 +432,14 @@ class RefManager(JournalReader):
         stop = max(floor, min(before_version, head.version))
         if stop > floor:
             self.store.put(trimmed_key(db), str(stop).encode("ascii"))
+        if stop > floor and isinstance(head, JournalEntry):
+            # The HEAD hint may name a version about to be deleted (commits rewrite it
+            # every few versions). This merkle-db probes from the floor, but merkle-db
+            # of before the floor took a hint whose next slot is empty for the head:
+            # it read an old version and committed below the floor, unseen. The hint
+            # names the head, durably, before anything is deleted (trims are rare).
+            with contextlib.suppress(StorageError):
+                self.store.put(head_key(db), encode_entry(head))
         doomed = []
         for info in self.store.list(journal_prefix(db)):
             version = parse_entry_key(db, info.key)
