@@ -14,7 +14,14 @@ import pyarrow as pa
 
 from merkle.lazy import compute as pc
 from merkle.tablets.dicts import cast_to, has_dictionary, restore_fitting
-from merkle.tablets.schema import storage_type
+from merkle.tablets.storedform import (
+    LIST_ARRAYS,
+    decode_run_ends,
+    fresh_offsets,
+    holds_run_ends,
+    storage_type,
+    stored_column,
+)
 
 __all__ = ["decode_run_ends", "filtered", "holds_run_ends", "null_column", "restore_column"]
 
@@ -50,13 +57,13 @@ def restore_column(column: Any, kind: pa.DataType, name: str = "") -> Any:
         keys = restore_column(column.keys, kind.key_type)
         items = restore_column(column.items, kind.item_type)
         mask = column.is_null() if column.null_count else None
-        offsets = _fresh_offsets(column.offsets)
+        offsets = fresh_offsets(column.offsets)
         return pa.MapArray.from_arrays(offsets, keys, items, type=kind, mask=mask)
     if pa.types.is_run_end_encoded(kind):
         return pc.run_end_encode(
             restore_column(column, kind.value_type), run_end_type=kind.run_end_type
         )
-    lists = _LIST_ARRAYS.get(kind.id) if column.type.id == kind.id else None
+    lists = LIST_ARRAYS.get(kind.id) if column.type.id == kind.id else None
     if lists is None or not holds_run_ends(kind.value_type):
         return cast_to(column, kind)  # a plain cast, or dictionaries Arrow does not cast to
     # A list of run-end encoded items: no cast reaches them (and an empty column's cast
@@ -68,7 +75,7 @@ def restore_column(column: Any, kind: pa.DataType, name: str = "") -> Any:
         items = restore_column(values, kind.value_type)
         return pa.FixedSizeListArray.from_arrays(items, type=kind, mask=mask)
     items = restore_column(column.values, kind.value_type)
-    return lists.from_arrays(_fresh_offsets(column.offsets), items, type=kind, mask=mask)
+    return lists.from_arrays(fresh_offsets(column.offsets), items, type=kind, mask=mask)
 
 
 def null_column(count: int, kind: pa.DataType) -> pa.Array:
@@ -78,21 +85,6 @@ def null_column(count: int, kind: pa.DataType) -> pa.Array:
     if not holds_run_ends(kind):
         return pa.nulls(count, kind)
     return restore_column(pa.nulls(count, storage_type(kind)), kind)
-
-
-def holds_run_ends(kind: pa.DataType) -> bool:
-    """Whether ``kind`` is, or holds at any depth, a run-end encoded type."""
-    if pa.types.is_run_end_encoded(kind):
-        return True
-    return any(holds_run_ends(kind.field(i).type) for i in range(kind.num_fields))
-
-
-#: The list arrays whose items :func:`restore_column` restores when no cast reaches them.
-_LIST_ARRAYS: dict[int, Any] = {
-    pa.list_(pa.int8()).id: pa.ListArray,
-    pa.large_list(pa.int8()).id: pa.LargeListArray,
-    pa.list_(pa.int8(), 1).id: pa.FixedSizeListArray,
-}
 
 
 def filtered(rows: pa.Table, predicate: Any) -> pa.Table:
@@ -110,59 +102,10 @@ def filtered(rows: pa.Table, predicate: Any) -> pa.Table:
     except pa.ArrowNotImplementedError:
         if all(storage_type(field.type) == field.type for field in rows.schema):
             raise
-    plain = [_stored_column(column) for column in rows.columns]
+    plain = [stored_column(column) for column in rows.columns]
     kept = pa.Table.from_arrays(plain, names=rows.column_names).filter(predicate)
     columns = [
         restore_column(kept.column(i), field.type, field.name)
         for i, field in enumerate(rows.schema)
     ]
     return pa.Table.from_arrays(columns, schema=rows.schema)
-
-
-def _stored_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    stored = storage_type(column.type)
-    if stored == column.type:
-        return column
-    return decode_run_ends(column).cast(stored)  # no cast kernel from run-end encoding
-
-
-def decode_run_ends(column: Any) -> Any:
-    """``column`` (an array or chunked array) with every run-end encoding in it decoded,
-    at any depth: Arrow casts no run-end encoded type, nor a struct, list or map
-    holding one, so a written column is made plain before it is fitted to its field."""
-    if not holds_run_ends(column.type):
-        return column
-    if isinstance(column, pa.ChunkedArray):
-        chunks = [decode_run_ends(chunk) for chunk in column.chunks]
-        return (
-            pa.chunked_array(chunks) if chunks else pa.chunked_array([], storage_type(column.type))
-        )
-    kind = column.type
-    if pa.types.is_run_end_encoded(kind):
-        return decode_run_ends(pc.run_end_decode(column))
-    mask = column.is_null() if column.null_count else None
-    if pa.types.is_struct(kind):
-        children = [decode_run_ends(column.field(i)) for i in range(kind.num_fields)]
-        names = [kind.field(i).name for i in range(kind.num_fields)]
-        return pa.StructArray.from_arrays(children, names=names, mask=mask)
-    if pa.types.is_map(kind):
-        offsets = _fresh_offsets(column.offsets)
-        keys, items = decode_run_ends(column.keys), decode_run_ends(column.items)
-        plain = pa.map_(keys.type, items.type, kind.keys_sorted)
-        return pa.MapArray.from_arrays(offsets, keys, items, type=plain, mask=mask)
-    if pa.types.is_fixed_size_list(kind):
-        size = kind.list_size
-        values = decode_run_ends(column.values.slice(column.offset * size, len(column) * size))
-        return pa.FixedSizeListArray.from_arrays(values, size, mask=mask)
-    lists = _LIST_ARRAYS.get(kind.id)
-    if lists is None:
-        return column  # a type this does not rebuild (a union): left to the cast to refuse
-    values = decode_run_ends(column.values)
-    return lists.from_arrays(_fresh_offsets(column.offsets), values, mask=mask)
-
-
-def _fresh_offsets(offsets: pa.Array) -> pa.Array:
-    """``offsets`` without an array offset: Arrow takes no null mask beside sliced ones."""
-    if not offsets.offset:
-        return offsets
-    return pa.array(offsets.to_numpy(zero_copy_only=False), type=offsets.type)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime
 import decimal
-import functools
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -31,6 +30,7 @@ from merkle.errors import IntegrityError, SchemaError
 from merkle.tablets.dicts import check_dictionaries, declarable_type
 from merkle.tablets.freeform import unknown_time_zone
 from merkle.tablets.segment import cbor_field, is_cbor_field
+from merkle.tablets.storedform import plain_type, served_type, storage_type
 
 __all__ = [
     "check_declared_type",
@@ -94,81 +94,6 @@ def check_not_key_column(name: str, key: str | Sequence[str]) -> None:
             f"{name!r} is reserved for the composite key {names} (merkle-db stores the key "
             "under that name): give the field another name"
         )
-
-
-# -- storage ---------------------------------------------------------------------
-
-
-def storage_type(kind: pa.DataType) -> pa.DataType:
-    """The type a field's values have inside segments: ``kind`` without dictionary encoding,
-    views or run-end encoding.
-
-    Dictionaries are decoded for storage (rows of one field are concatenated,
-    sorted and merged across writes, and one dictionary per segment would
-    have to be unified every time); a read casts them back to ``kind``. String
-    and binary views and run-end encoded columns are stored plain for another
-    reason: Arrow has no take, filter or sort kernel for them, which every
-    write, merge and lookup uses. Every other type is stored as it is
-    (extension types too: see :func:`plain_type`).
-    """
-    return _stored(kind, plain=False)
-
-
-def plain_type(kind: pa.DataType) -> pa.DataType:
-    """:func:`storage_type` of ``kind`` with every extension type in it (``pa.uuid()``,
-    ``pa.json_()``, a tensor, one the user registered), at any depth, replaced by its
-    own storage type.
-
-    pyarrow builds an extension array from Python values only at the top: it has no
-    converter for one inside a list, struct or map. Written records are built in this
-    type, where every value check applies to the storage values (16 bytes of a
-    uuid, the text of a json), and cast to :func:`storage_type` after, which Arrow
-    does for storage into extension at every depth without changing a value.
-    ``pa.bool8()`` is built as ``bool``, not as its ``int8`` storage: its values
-    read as True and False, and what a read gives writes back.
-    """
-    return _stored(kind, plain=True)
-
-
-def served_type(kind: pa.DataType) -> pa.DataType:
-    """:func:`storage_type` of ``kind`` but for its dictionaries, kept: every string or
-    binary view made ``string`` or ``binary`` and every run-end encoding its value type,
-    at any depth, the type ``Database.dataset`` serves a field in (Arrow's dataset
-    scanner has no filter or take kernel for views or run-end encoding, at any depth,
-    and has for dictionaries)."""
-    return _stored(kind, plain=False, dictionaries=True)
-
-
-def _stored(kind: pa.DataType, *, plain: bool, dictionaries: bool = False) -> pa.DataType:
-    types = pa.types
-    if plain and isinstance(kind, pa.BaseExtensionType):
-        if kind.extension_name == "arrow.bool8":
-            return pa.bool_()
-        return _stored(kind.storage_type, plain=True)
-    if types.is_dictionary(kind) and dictionaries:
-        return kind  # its values are never views (declarable_type) nor run-end encoded
-    if types.is_dictionary(kind) or types.is_run_end_encoded(kind):
-        return _stored(kind.value_type, plain=plain, dictionaries=dictionaries)
-    if types.is_string_view(kind):
-        return pa.string()
-    if types.is_binary_view(kind):
-        return pa.binary()
-    field = functools.partial(_stored_field, plain=plain, dictionaries=dictionaries)
-    if types.is_struct(kind):
-        return pa.struct([field(kind.field(i)) for i in range(kind.num_fields)])
-    if types.is_map(kind):
-        return pa.map_(field(kind.key_field), field(kind.item_field), kind.keys_sorted)
-    if types.is_large_list(kind):
-        return pa.large_list(field(kind.value_field))
-    if types.is_fixed_size_list(kind):
-        return pa.list_(field(kind.value_field), kind.list_size)
-    if types.is_list(kind):
-        return pa.list_(field(kind.value_field))
-    return kind
-
-
-def _stored_field(field: pa.Field, *, plain: bool, dictionaries: bool) -> pa.Field:
-    return field.with_type(_stored(field.type, plain=plain, dictionaries=dictionaries))
 
 
 # -- the stored form -------------------------------------------------------------

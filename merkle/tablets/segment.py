@@ -42,6 +42,7 @@ from merkle.tablets.freeform import (
     values_column,
 )
 from merkle.tablets.segschema import segment_layout
+from merkle.tablets.storedform import stored_column
 
 __all__ = [
     "BASE_FAMILY",
@@ -130,7 +131,10 @@ def decode_segment(data: bytes, columns: Collection[str] | None = None) -> pa.Ta
 
     ``columns``: decode only the columns of these names (the others are not
     even decompressed), in segment order. IntegrityError when the bytes are
-    not a complete one-batch Arrow IPC stream.
+    not a complete one-batch Arrow IPC stream. A column that a writer from
+    before segments held storage types only stored as a view or run-end
+    encoded comes out in its storage type (:func:`_in_storage_types`): every
+    reader gets one form.
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise UsageError(f"decode_segment takes bytes, got {type(data).__name__}")
@@ -159,9 +163,37 @@ def decode_segment(data: bytes, columns: Collection[str] | None = None) -> pa.Ta
             )
         _check_batch(batches[0], views)
         table = pa.Table.from_batches(batches, schema=reader.schema)
+        if none_wanted:
+            return table.select([])
+        if layout.older:
+            table = _in_storage_types(table, layout.older)
     except (pa.ArrowException, OSError, ValueError) as exc:  # UnicodeDecodeError too
         raise IntegrityError(f"block of {len(data)} bytes is not a valid segment: {exc}") from None
-    return table.select([]) if none_wanted else table
+    return table
+
+
+def _in_storage_types(table: pa.Table, older: Mapping[str, pa.Field]) -> pa.Table:
+    """``table`` with the columns named in ``older`` (a segment's views and run-end
+    encoding, from before segments held storage types only) in their storage types
+    (``older``: name -> the field as stored now).
+
+    Arrow has no take, filter or sort kernel for those types: every fold of
+    pending batches, merge and page rewrite over such a column failed (a delete
+    of old rows committed, then no read of the table could fold it). Given in
+    storage types, old segments read, merge and rewrite as new ones do, and a
+    rewrite stores them in that form.
+    """
+    fields = []
+    columns = []
+    for field, column in zip(table.schema, table.columns, strict=True):
+        now = older.get(field.name)
+        if now is None:
+            fields.append(field)
+            columns.append(column)
+        else:
+            fields.append(now)
+            columns.append(stored_column(column))
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=table.schema.metadata))
 
 
 def _check_batch(batch: pa.RecordBatch, views: Mapping[int, pa.DataType]) -> None:

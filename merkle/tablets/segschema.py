@@ -14,6 +14,7 @@ from collections.abc import Collection
 import pyarrow as pa
 
 from merkle.errors import IntegrityError, UsageError
+from merkle.tablets.storedform import storage_type
 
 __all__ = ["SegmentLayout", "decode_segment_schema", "schema_message_size", "segment_layout"]
 
@@ -59,13 +60,16 @@ class SegmentLayout:
     4,096 rows).
     """
 
-    __slots__ = ("_projections", "schema", "strings")
+    __slots__ = ("_projections", "older", "schema", "strings")
 
     def __init__(self, schema: pa.Schema) -> None:
         _check_names(schema)
         self.schema = schema
         #: Top-level string columns (position -> the binary type they are checked as).
         self.strings = _string_views(schema)
+        #: Columns not in their storage type (name -> the field as it is stored now): the
+        #: views and run-end encoding of segments written before that rule.
+        self.older = _older_forms(schema)
         self._projections: dict[frozenset[str], tuple[list[int], dict[int, pa.DataType]]] = {}
 
     def projection(self, columns: Collection[str]) -> tuple[list[int], dict[int, pa.DataType]]:
@@ -124,6 +128,25 @@ def _check_names(schema: pa.Schema) -> None:
         _ = field.name
         kind = field.type
         stack.extend(kind.field(i) for i in range(kind.num_fields))
+
+
+def _older_forms(schema: pa.Schema) -> dict[str, pa.Field]:
+    """The fields of a segment schema not in their storage type, as they would be stored
+    now (name, nullability and metadata kept).
+
+    Segments hold every field in its storage type (doc/format.md, "Segments"),
+    but writers before that rule stored string and binary views and run-end
+    encoding as given, at any depth (a ``list<string_view>``, a struct member).
+    Arrow has no take kernel for them, so a decoder gives such columns in the
+    storage type, and every read, merge and rewrite of old segments works as on
+    new ones. Empty for every segment written since.
+    """
+    older: dict[str, pa.Field] = {}
+    for field in schema:
+        stored = storage_type(field.type)
+        if stored != field.type:
+            older[field.name] = field.with_type(stored)
+    return older
 
 
 def _string_views(schema: pa.Schema) -> dict[int, pa.DataType]:
