@@ -75,6 +75,7 @@ def _rules(db: str, table: str) -> list[tuple[str, str | Callable[[re.Match[str]
             "pass options with -o (-o endpoint_url=..., -o region_name=...)",
         ),
         (r"trim them with conn\.refs\.trim", "trim them with the Python API: conn.refs.trim"),
+        (r"up to it with conn\.refs\.trim", "up to it with the Python API: conn.refs.trim"),
     ]
 
 

@@ -17,6 +17,7 @@ from merkle.cli.common import (
     version_options,
 )
 from merkle.cli.output import emit_record, emit_rows, format_option
+from merkle.errors import IntegrityError
 
 __all__ = ["db"]
 
@@ -29,13 +30,29 @@ def db() -> None:
 @db.command("list")
 @format_option
 def list_dbs(fmt: str | None) -> None:
-    """The live databases: name, head version and when it was committed."""
+    """The live databases: name, head version and when it was committed.
+
+    A database whose journal is damaged (its head entry does not decode, say) is
+    listed without a version and time, the others as usual; the damage is then
+    said on stderr (exit status 1), so one database does not hide the rest.
+    """
     conn = connection()
-    rows = []
+    rows: list[dict[str, Any]] = []
+    damaged: list[tuple[str, IntegrityError]] = []
     for name in conn.list_dbs():
-        head = conn.history(name, limit=1)[0]
+        try:
+            head = conn.history(name, limit=1)[0]
+        except IntegrityError as exc:
+            damaged.append((name, exc))
+            rows.append({"name": name, "version": None, "time": None})
+            continue
         rows.append({"name": name, "version": head.version, "time": head.time})
     emit_rows(rows, fmt, columns=["name", "version", "time"])
+    if damaged:
+        names = ", ".join(repr(name) for name, _ in damaged)
+        raise IntegrityError(
+            f"database(s) {names}, listed without a version, cannot be read: {damaged[0][1]}"
+        )
 
 
 @db.command("create")

@@ -29,7 +29,7 @@ from merkle.db.lakeconfig import lake_config, lake_sizes
 from merkle.db.unleased import head_staging, unleased_staging
 from merkle.errors import ConflictError, NotFoundError, UsageError
 from merkle.lazy import OnFirstUse
-from merkle.refs import JournalConflictError, JournalEntry, RefManager
+from merkle.refs import JournalConflictError, JournalEntry, JournalEntryDamagedError, RefManager
 from merkle.storage import owner
 from merkle.storage.base import ObjectStore, open_store
 from merkle.tablets.store import DEFAULT_WORKERS, TableStore
@@ -315,8 +315,9 @@ class Connection:
         if version is not None:
             if isinstance(version, bool) or not isinstance(version, int) or version < 0:
                 raise UsageError(f"version must be a non-negative integer, got {version!r}")
-            if self.refs.head(name) is None:
-                raise NotFoundError(f"there is no database {name!r} in {self.uri}")
+            with contextlib.suppress(JournalEntryDamagedError):  # a damaged head: it exists
+                if self.refs.head(name) is None:
+                    raise NotFoundError(f"there is no database {name!r} in {self.uri}")
             return kept_entry(self, name, version)  # trimmed, a tag may still keep it
         if at is not None:
             if not isinstance(at, datetime):
@@ -557,10 +558,12 @@ class Connection:
     def drop_db(
         self, name: str, *, message: str | None = None, author: str | None = None
     ) -> JournalEntry:
-        """Drop a database: its history and blocks stay until garbage collection."""
-        head = self.refs.head(name)
-        if head is None or head.root is None:
-            raise NotFoundError(f"there is no live database {name!r} in {self.uri} to drop")
+        """Drop a database: its history and blocks stay until garbage collection (one whose
+        head entry is damaged too: the drop goes above it, the way to give it up)."""
+        with contextlib.suppress(JournalEntryDamagedError):  # see RefManager.drop
+            head = self.refs.head(name)
+            if head is None or head.root is None:
+                raise NotFoundError(f"there is no live database {name!r} in {self.uri} to drop")
         from merkle.db.landing import after_the_entry  # writes only: not for a read's start
 
         with after_the_entry(name) as put, self.writer_lease(name) as ticket:

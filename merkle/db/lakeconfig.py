@@ -44,7 +44,7 @@ def lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str,
             f"{', '.join(LAKE_HASHES)} (or leave it out: an existing lake keeps its own)"
         )
     try:
-        node = decode_node(store.get(CONFIG_KEY))
+        node = _decode(store.get(CONFIG_KEY), store.uri)
     except NotFoundError:
         if not create:
             # A location missing itself (an S3 bucket) says so in its own words (a
@@ -58,7 +58,7 @@ def lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str,
             ) from None
         node = {"type": CONFIG_TYPE, "v": NODE_VERSION, "hash": hash or "blake3"}
         if not store.put_if_absent(CONFIG_KEY, encode_node(node)):
-            node = decode_node(store.get(CONFIG_KEY))  # another process created it first
+            node = _decode(store.get(CONFIG_KEY), store.uri)  # another process made it first
     node = check_node(node, CONFIG_TYPE, where=f"{CONFIG_KEY} in {store.uri}")
     found = node.get("hash")
     if found not in LAKE_HASHES:
@@ -68,4 +68,26 @@ def lake_config(store: ObjectStore, hash: str | None, create: bool) -> dict[str,
             f"lake {store.uri} hashes blocks with {found}; it cannot be opened with "
             f"hash={hash!r} (the hash is chosen once, when a lake is created)"
         )
+    return node
+
+
+def _decode(data: bytes, uri: str) -> dict[str, Any]:
+    """The settings node from its stored bytes; damage is an IntegrityError naming the
+    object and the way out (a newer format is left to ``check_node``: upgrade)."""
+
+    def damaged(problem: str) -> IntegrityError:
+        return IntegrityError(
+            f"the lake's settings object {CONFIG_KEY!r} in {uri} is damaged: {problem}; "
+            "nothing can open the lake until it is restored from a backup or written again: "
+            "delete it, then connect with the hash the lake's blocks use (Python API: "
+            "merkle.connect(uri, hash=...), blake3 unless the lake was made with sha2-256; "
+            'doc/operations.md, "Damaged lake objects", says how to tell) and run merkle verify'
+        )
+
+    try:
+        node = decode_node(data)
+    except IntegrityError as exc:
+        raise damaged(f"it does not decode ({exc})") from None
+    if not isinstance(node, dict) or node.get("type") != CONFIG_TYPE:
+        raise damaged(f"it is not a {CONFIG_TYPE} node")
     return node

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from merkle.gc.collect import gc, journal_names
     from merkle.gc.fanout import Fanout
     from merkle.gc.mark import Marker, ReachabilityError
-    from merkle.gc.policy import Policy, Retention, parse_duration
+    from merkle.gc.policy import Policy, PolicyDamagedError, Retention, parse_duration
     from merkle.gc.report import DatabaseReport, GCReport, VerifyReport, load_reports
 
 __getattr__ = lazy_attributes(
@@ -38,6 +38,7 @@ __getattr__ = lazy_attributes(
         "GCReport": "merkle.gc.report",
         "Marker": "merkle.gc.mark",
         "Policy": "merkle.gc.policy",
+        "PolicyDamagedError": "merkle.gc.policy",
         "ReachabilityError": "merkle.gc.mark",
         "Retention": "merkle.gc.policy",
         "VerifyReport": "merkle.gc.report",
@@ -56,6 +57,7 @@ __all__ = [
     "GCReport",
     "Marker",
     "Policy",
+    "PolicyDamagedError",
     "ReachabilityError",
     "Retention",
     "VerifyReport",
@@ -75,7 +77,9 @@ _POLICY_LOCK_TTL = 10.0
 
 
 def get_policy(conn: Connection) -> Policy:
-    """The lake's retention policy and grace period (UsageError on a closed connection)."""
+    """The lake's retention policy and grace period (UsageError on a closed connection;
+    :class:`~merkle.gc.policy.PolicyDamagedError` when it is damaged: ``set_retention``
+    replaces it)."""
     from merkle.db.closed import closed_error
     from merkle.gc.policy import load_policy
 
@@ -111,9 +115,23 @@ def set_retention(
     policy before the change deletes nothing (see :func:`merkle.gc.gc`). A
     running collection holds the lock: the call waits up to ``wait`` seconds
     for it, then raises :class:`~merkle.refs.LockHeldError`.
+
+    A stored policy that is damaged (it does not decode, or holds no policy:
+    :class:`~merkle.gc.policy.PolicyDamagedError`, which stops every collection)
+    is replaced: what it held cannot be read, so the call starts from the
+    defaults (every version kept, one hour of grace) and sets what it names;
+    set the other overrides and the grace period again before collecting. A
+    policy of a newer format is never replaced (an IntegrityError: upgrade).
     """
     from merkle.db.closed import closed_error
-    from merkle.gc.policy import Policy, Retention, load_policy, parse_duration, save_policy
+    from merkle.gc.policy import (
+        Policy,
+        PolicyDamagedError,
+        Retention,
+        load_policy,
+        parse_duration,
+        save_policy,
+    )
     from merkle.refs import check_db_name
 
     if conn.closed:  # it would write the policy through a closed connection
@@ -126,7 +144,10 @@ def set_retention(
     if db is not None:
         check_db_name(db)  # before the lock: bad arguments write nothing
     with conn.leases.acquire_gc_lock(_POLICY_LOCK_TTL, wait_timeout=float(wait)) as lock:
-        policy = load_policy(conn.store)
+        try:
+            policy = load_policy(conn.store)
+        except PolicyDamagedError:
+            policy = Policy()  # what it held is lost: this call starts a new one
         if not retention.keeps_everything or new_grace is None:  # a limit, or nothing, named
             if db is None:
                 policy = policy.with_default(retention)

@@ -34,6 +34,7 @@ __all__ = [
     "MAX_DURATION",
     "POLICY_KEY",
     "Policy",
+    "PolicyDamagedError",
     "Retention",
     "load_policy",
     "parse_duration",
@@ -239,12 +240,42 @@ def _number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+class PolicyDamagedError(IntegrityError):
+    """The stored policy (``gc/policy``) is damaged: its bytes do not decode, or do not
+    hold a policy. Garbage collection cannot tell which versions to keep, so it stops;
+    :func:`merkle.gc.set_retention` replaces such a policy (and only such a one: a
+    policy of a newer format is a plain :class:`IntegrityError`, upgrade to read it)."""
+
+    def __init__(self, uri: str, problem: str) -> None:
+        super().__init__(
+            f"GC policy object {POLICY_KEY!r} in {uri} is damaged: {problem}; garbage "
+            "collection cannot tell which versions to keep, so it stops before deleting "
+            "anything: store the retention again with set_retention (Python API: from "
+            "merkle.gc import set_retention), which replaces the damaged policy (set each "
+            "per-database override and the grace period again too), or restore the object "
+            "from a backup"
+        )
+
+
 def load_policy(store: ObjectStore) -> Policy:
-    """The lake's policy (keep every version, one hour of grace, until one is saved)."""
+    """The lake's policy (keep every version, one hour of grace, until one is saved).
+
+    A damaged one is a :class:`PolicyDamagedError` naming it and the way out.
+    """
     try:
-        return Policy.from_node(decode_node(store.get(POLICY_KEY)))
+        data = store.get(POLICY_KEY)
     except NotFoundError:
         return Policy()
+    try:
+        node = decode_node(data)
+    except IntegrityError as exc:
+        raise PolicyDamagedError(store.uri, f"it does not decode ({exc})") from None
+    if isinstance(node, dict) and node.get("type") == POLICY_TYPE:
+        check_node(node, POLICY_TYPE, where=POLICY_KEY)  # a newer format: upgrade, not damage
+    try:
+        return Policy.from_node(node)
+    except IntegrityError as exc:
+        raise PolicyDamagedError(store.uri, str(exc)) from None
 
 
 def save_policy(store: ObjectStore, policy: Policy) -> None:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from merkle.blocks.codec import NODE_VERSION, decode_node, encode_node
+from merkle.errors import IntegrityError
 from merkle.storage.base import ObjectStore
 
 __all__ = [
@@ -152,8 +153,28 @@ class GCReport:
 
 
 def load_reports(store: ObjectStore) -> list[dict[str, Any]]:
-    """The stored GC reports, oldest first, as decoded maps."""
-    return [decode_node(store.get(info.key)) for info in store.list(REPORT_PREFIX)]
+    """The stored GC reports, oldest first, as decoded maps.
+
+    A damaged one is an :class:`IntegrityError` naming its key: a report is a
+    record only (nothing decides anything on it), so deleting it is the way out.
+    """
+    return [_decode_report(store.get(info.key), info.key) for info in store.list(REPORT_PREFIX)]
+
+
+def _decode_report(data: bytes, key: str) -> dict[str, Any]:
+    try:
+        node = decode_node(data)
+    except IntegrityError as exc:
+        problem = f"it does not decode ({exc})"
+    else:
+        if isinstance(node, dict) and node.get("type") == REPORT_TYPE:
+            return node
+        problem = f"it is not a {REPORT_TYPE} node"
+    raise IntegrityError(
+        f"GC report object {key!r} is damaged: {problem}; a report is only a record of "
+        "an earlier collection (nothing reads it to decide anything): delete the object, "
+        "or restore it from a backup"
+    )
 
 
 @dataclass

@@ -38,6 +38,8 @@ def verify(
     from merkle.gc.collect import journal_names
     from merkle.gc.report import VerifyReport
     from merkle.refs import audit_journal
+    from merkle.refs.entry import CONFIG_KEY
+    from merkle.refs.reader import lake_gone_error
 
     # UsageError on a closed connection (or another process's) before anything is read:
     # an empty lake, which has no journal to read through it, is no exception.
@@ -48,8 +50,10 @@ def verify(
         raise NotFoundError(f"there is no database {db!r} in {conn.uri} to verify")
     seen: set[bytes] = set()
     frontier: list[tuple[CID, _Origin]] = []
+    entries = 0
     for name in names:
         audit = audit_journal(refs, name)
+        entries += len(audit.entries) + len(audit.problems)
         report.journals_damaged.extend((name, problem) for problem in audit.problems)
         report.notes.extend(f"{name!r}: {note}" for note in audit.notes)
         for entry in reversed(audit.entries):
@@ -59,6 +63,11 @@ def verify(
                 if cid.bytes not in seen:
                     seen.add(cid.bytes)
                     frontier.append((cid, _Origin(name, entry.version, entry.root)))
+    if not entries and not conn.store.exists(CONFIG_KEY):
+        # Every lake has its settings from its first connection on: with them and every
+        # journal entry missing, it was deleted in use (a file lake's directory, when
+        # gone, says so as it is listed), not an empty, healthy lake.
+        raise lake_gone_error(conn.store)
     # Tagged versions are kept whatever the retention (merkle.gc.tags): check them too.
     tags, damaged = conn.tag_refs.audit(db)
     report.journals_damaged.extend(damaged)  # a tag is a ref, as journal entries are

@@ -12,6 +12,7 @@ from merkle.lazy import lazy_attributes
 from merkle.refs.entry import JournalEntry
 from merkle.refs.errors import (
     JournalConflictError,
+    JournalEntryDamagedError,
     JournalGapError,
     JournalIndeterminateError,
     LeaseExpiredError,
@@ -58,6 +59,7 @@ __all__ = [
     "JournalConflictError",
     "JournalDamagedError",
     "JournalEntry",
+    "JournalEntryDamagedError",
     "JournalGapError",
     "JournalIndeterminateError",
     "Lease",

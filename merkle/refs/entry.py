@@ -44,6 +44,7 @@ from typing import Any
 from merkle.blocks.cid import CID
 from merkle.blocks.codec import NODE_VERSION, decode_node, encode_node
 from merkle.errors import IntegrityError, UsageError
+from merkle.refs.errors import JournalEntryDamagedError
 
 __all__ = [
     "CONFIG_KEY",
@@ -251,15 +252,14 @@ def encode_trimmed(entry: JournalEntry | TrimmedEntry) -> bytes:
 class _Fields:
     """Typed access to a decoded node's fields; failures name the object's key."""
 
-    def __init__(self, node: dict[str, Any], key: str) -> None:
+    def __init__(self, node: dict[str, Any], key: str, db: str, version: int | None) -> None:
         self.node = node
         self.key = key
+        self.db = db
+        self.version = version
 
     def fail(self, problem: str) -> IntegrityError:
-        return IntegrityError(
-            f"journal object {self.key!r} is damaged: {problem}; restore it from a backup "
-            "or remove the database's damaged history"
-        )
+        return JournalEntryDamagedError(self.db, self.version, self.key, problem)
 
     def get(self, name: str, kinds: type | tuple[type, ...], *, optional: bool = False) -> Any:
         if name not in self.node:
@@ -286,13 +286,10 @@ def decode_slot(data: bytes, key: str, db: str, version: int | None) -> JournalE
     try:
         node = decode_node(data)
     except IntegrityError as exc:
-        raise IntegrityError(
-            f"journal object {key!r} is damaged: it does not decode ({exc}); restore it "
-            "from a backup or remove the database's damaged history"
-        ) from None
+        raise JournalEntryDamagedError(db, version, key, f"it does not decode ({exc})") from None
     if not isinstance(node, dict):
-        raise _Fields({}, key).fail(f"it holds a {type(node).__name__}, not a map")
-    fields = _Fields(node, key)
+        raise _Fields({}, key, db, version).fail(f"it holds a {type(node).__name__}, not a map")
+    fields = _Fields(node, key, db, version)
     kind = node.get("type")
     if kind not in (ENTRY_TYPE, TRIMMED_TYPE):
         raise fields.fail(f"its type is {kind!r}, expected {ENTRY_TYPE!r}")
@@ -346,7 +343,7 @@ def _parent_link(fields: _Fields, name: str) -> dict[str, Any] | None:
     """A ``{db, version}`` link to another journal's entry (or None)."""
     link = fields.get(name, dict, optional=True)
     if link is not None:
-        inner = _Fields(link, fields.key)
+        inner = _Fields(link, fields.key, fields.db, fields.version)
         inner.get("db", str)
         inner.get("version", int)
     return link  # type: ignore[no-any-return]

@@ -11,6 +11,7 @@ from merkle.errors import CommitIndeterminateError, ConflictError, IntegrityErro
 
 __all__ = [
     "JournalConflictError",
+    "JournalEntryDamagedError",
     "JournalGapError",
     "JournalIndeterminateError",
     "LeaseExpiredError",
@@ -57,6 +58,33 @@ class JournalGapError(IntegrityError):
         )
         self.db = db
         self.missing = missing
+
+
+class JournalEntryDamagedError(IntegrityError):
+    """Journal object ``key`` of ``db`` (entry ``version``; None for the ``HEAD`` hint) is
+    damaged: its bytes do not decode, or do not hold the entry its key names.
+
+    The way out of a damaged entry (other than restoring it from a backup) is
+    trimming: ``trim(db, version + 1)`` gives up the versions up to it. Trimming
+    never removes the head, so a damaged head is first covered by a drop:
+    ``drop_db`` (``merkle db drop``) writes its drop entry above it.
+    """
+
+    def __init__(self, db: str, version: int | None, key: str, problem: str) -> None:
+        if not isinstance(version, int):  # None: the HEAD hint (a tag's copy checks its own)
+            advice = "delete it: it is only a hint, and readers find the head without it"
+        else:
+            advice = (
+                "restore it from a backup, or give up the versions up to it with "
+                f"conn.refs.trim({db!r}, {version + 1}); if it is the head, which trimming "
+                f"never removes, drop the database first (`merkle db drop {db}` writes its "
+                'drop entry above it), as doc/operations.md ("Damaged lake objects") says'
+            )
+        super().__init__(f"journal object {key!r} is damaged: {problem}; {advice}")
+        self.problem = problem
+        self.db = db
+        self.version = version
+        self.key = key
 
 
 class JournalIndeterminateError(CommitIndeterminateError):

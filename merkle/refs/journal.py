@@ -16,20 +16,26 @@ from datetime import UTC, datetime
 from typing import Any
 
 from merkle.blocks.cid import CID
-from merkle.errors import ConflictError, NotFoundError, StorageError, UsageError
+from merkle.errors import ConflictError, IntegrityError, NotFoundError, StorageError, UsageError
 from merkle.refs.entry import (
     JournalEntry,
     TrimmedEntry,
     as_utc,
     decode_slot,
     encode_entry,
+    entry_digest,
     entry_key,
     head_key,
     journal_prefix,
     parse_entry_key,
     trimmed_key,
 )
-from merkle.refs.errors import JournalConflictError, JournalGapError, JournalIndeterminateError
+from merkle.refs.errors import (
+    JournalConflictError,
+    JournalEntryDamagedError,
+    JournalGapError,
+    JournalIndeterminateError,
+)
 from merkle.refs.names import check_db_name
 from merkle.refs.reader import JournalReader, check_count, check_version
 from merkle.storage.base import ObjectStore
@@ -344,12 +350,21 @@ class RefManager(JournalReader):
 
         With ``expected_version`` this is a compare-and-set like ``commit``;
         without, it drops whatever version is current. :class:`NotFoundError`
-        if ``db`` does not exist or is already dropped.
+        if ``db`` does not exist or is already dropped. Without an expected
+        version, a head entry that is damaged (:class:`JournalEntryDamagedError`)
+        is dropped too, the drop written above it: the way to give such a
+        database up (see :meth:`_drop_damaged`).
         """
         if expected_version is not None:
             return self.commit(db, expected_version, None, author=author, message=message)
         for _ in range(_DROP_ATTEMPTS):
-            head = self.head(db)
+            try:
+                head = self.head(db)
+            except JournalEntryDamagedError as damaged:
+                try:
+                    return self._drop_damaged(damaged, author, message)
+                except JournalConflictError:
+                    continue
             if head is None or head.dropped:
                 state = "does not exist" if head is None else "is already dropped"
                 raise NotFoundError(f"database {db!r} {state}")
@@ -361,6 +376,37 @@ class RefManager(JournalReader):
             f"could not drop database {db!r}: other writers committed before each of "
             f"{_DROP_ATTEMPTS} attempts; retry when it is quieter"
         )
+
+    def _drop_damaged(
+        self, damaged: JournalEntryDamagedError, author: str | None, message: str | None
+    ) -> JournalEntry:
+        """Drop a database whose head is ``damaged``: the drop entry goes above it.
+
+        Nothing can be committed on an entry that does not decode, and trimming
+        never removes a head, so this is how such a database is given up: then
+        ``trim(db, version + 1)`` removes the damaged entry, and collections run
+        again. The drop chains to the damaged bytes (``prev``), and its time is
+        not earlier than the readable entry below (times never run backwards).
+        """
+        db, version = damaged.db, damaged.version
+        if version is None:  # a head search decodes journal entries only, never the hint
+            raise damaged
+        try:
+            data = self.store.get(entry_key(db, version))
+        except NotFoundError:
+            raise JournalConflictError(db, version, None, "the entry went meanwhile") from None
+        below: JournalEntry | TrimmedEntry | None = None
+        with contextlib.suppress(IntegrityError):
+            below = self._read(db, version - 1) if version > 0 else None
+        stand_in = JournalEntry(  # never stored: what _append needs of a parent
+            db=db,
+            version=version,
+            root=None,
+            parent=None,
+            time=below.time if isinstance(below, JournalEntry) else datetime.fromtimestamp(0, UTC),
+            digest=entry_digest(data),
+        )
+        return self._append(db, version, stand_in, None, author, message, {}, None)
 
     def clone(
         self,
@@ -421,15 +467,17 @@ class RefManager(JournalReader):
         db = check_db_name(db)
         before_version = check_version(before_version, "before_version")
         try:
-            head: JournalEntry | TrimmedEntry | None = self.head(db)
-        except JournalGapError:
-            # Giving up the versions below a gap is the way out of it: the newest
-            # entry the journal holds stands in for the head the search refuses.
-            head = self._scan(db)
-        if head is None:
+            found = self.head(db)
+            top = None if found is None else found.version
+        except (JournalGapError, JournalEntryDamagedError):
+            # Giving up the versions below a gap, or up to a damaged entry, is the way
+            # out of either: the newest slot the journal holds (undecoded: it may be the
+            # damaged one) stands in for the head the search refuses.
+            top = self._newest_slot(db)
+        if top is None:
             raise NotFoundError(f"database {db!r} does not exist")
         floor = self._floor_hint(db)
-        stop = max(floor, min(before_version, head.version))
+        stop = max(floor, min(before_version, top))
         if stop > floor:
             self.store.put(trimmed_key(db), str(stop).encode("ascii"))
         if stop > floor and isinstance(head, JournalEntry):

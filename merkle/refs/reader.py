@@ -29,12 +29,12 @@ from merkle.refs.entry import (
     parse_entry_key,
     trimmed_key,
 )
-from merkle.refs.errors import JournalGapError
+from merkle.refs.errors import JournalEntryDamagedError, JournalGapError
 from merkle.refs.names import check_db_name
 from merkle.refs.search import gallop, last_true
 from merkle.storage.base import ObjectStore
 
-__all__ = ["JournalReader", "check_count", "check_version"]
+__all__ = ["JournalReader", "check_count", "check_version", "lake_gone_error"]
 
 Slot = JournalEntry | TrimmedEntry | None
 
@@ -214,12 +214,7 @@ class JournalReader:
         journal written by merkle never is: it tells an unknown database (an
         empty listing) from one whose entries were deleted from outside.
         """
-        prefix = journal_prefix(db)
-        top = None
-        for info in self.store.list(prefix):
-            version = parse_entry_key(db, info.key)
-            if version is not None and (top is None or version > top):
-                top = version
+        top = self._newest_slot(db)
         if top is None:
             return None
         slot = self._read(db, top)
@@ -229,6 +224,11 @@ class JournalReader:
                 "check the store for damage"
             )
         return slot
+
+    def _newest_slot(self, db: str) -> int | None:
+        """The highest version a listing of the journal shows (None: no entry), undecoded."""
+        listed = (parse_entry_key(db, info.key) for info in self.store.list(journal_prefix(db)))
+        return max((v for v in listed if v is not None), default=None)
 
     def _read_many(self, db: str, versions: Sequence[int]) -> list[Slot]:
         if len(versions) == 1:
@@ -354,13 +354,7 @@ class JournalReader:
             gone = not self.store.exists(head_key) and not self.store.exists(CONFIG_KEY)
         except StorageError:
             gone = False  # the store cannot tell: report what was found
-        if not gone:
-            return IntegrityError(message)
-        return NotFoundError(
-            f"the lake at {self.store.uri} is gone: its settings ({CONFIG_KEY!r}) and "
-            "journal entries are missing, so it was deleted or moved while in use; "
-            "nothing was changed. Open the lake where it is now, or restore it from a backup"
-        )
+        return lake_gone_error(self.store) if gone else IntegrityError(message)
 
     def _trimmed_error(self, db: str, version: int) -> NotFoundError:
         oldest = self.oldest_version(db)
@@ -479,8 +473,10 @@ class JournalReader:
         def live(name: str) -> bool:
             try:
                 return _live(self._head(name, 1))
-            except JournalGapError:
-                return True  # it exists; opening it says what is wrong and what to do
+            except (JournalGapError, JournalEntryDamagedError):
+                # It exists (a damaged head may have been a drop: that cannot be told);
+                # opening it says what is wrong and what to do.
+                return True
 
         alive = self.store.map_bulk(live, names)
         return sorted(name for name, ok in zip(names, alive, strict=True) if ok)
@@ -502,6 +498,17 @@ class JournalReader:
         return last_true(trimmed, low, head.version - 1, self._fanout) + 1
 
     # -- drop, clone, trim -----------------------------------------------------------
+
+
+def lake_gone_error(store: ObjectStore) -> NotFoundError:
+    """The error for a lake whose settings (``config``, which every lake has from its first
+    connection on) are missing: it was deleted or moved while in use. Said as such, never
+    as damage of one object, nor as an empty, healthy lake."""
+    return NotFoundError(
+        f"the lake at {store.uri} is gone: its settings ({CONFIG_KEY!r}) and "
+        "journal entries are missing, so it was deleted or moved while in use; "
+        "nothing was changed. Open the lake where it is now, or restore it from a backup"
+    )
 
 
 def _valid_name(name: str) -> bool:

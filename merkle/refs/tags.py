@@ -31,6 +31,7 @@ from merkle.refs.entry import (
     from_micros,
     to_micros,
 )
+from merkle.refs.errors import JournalEntryDamagedError
 from merkle.refs.names import check_db_name, check_tag_name
 from merkle.storage.base import ObjectStore
 
@@ -120,6 +121,8 @@ def _decode(data: bytes, key: str, db: str, name: str) -> Tag:
         )
     except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise damaged(f"a field is missing or malformed ({exc})") from None
+    except JournalEntryDamagedError as exc:  # its advice is the journal's, not a tag's
+        raise damaged(f"its copy of the journal entry is damaged ({exc.problem})") from None
     if not ok:
         raise damaged("its version, root or time is malformed")
     if (tag.db, tag.name) != (db, name):

@@ -36,7 +36,6 @@ from merkle.storage.filegc import TMP_PREFIX, delete_if_older, remove_stale_temp
 
 __all__ = ["FileStore", "check_path"]
 
-_TMP_PREFIX = TMP_PREFIX
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -206,6 +205,7 @@ class FileStore(ObjectStore):
         try:
             entries = list(os.scandir(path))
         except (FileNotFoundError, NotADirectoryError):
+            self._check_root()
             return
         except OSError as exc:
             raise StorageError(f"cannot list {self._key_of(path)!r} in {self.uri}: {exc}") from exc
@@ -239,6 +239,7 @@ class FileStore(ObjectStore):
         try:
             names = os.listdir(path)
         except (FileNotFoundError, NotADirectoryError):
+            self._check_root()
             return []
         except OSError as exc:
             raise StorageError(f"cannot list {prefix!r} in {self.uri}: {exc}") from exc
@@ -256,10 +257,7 @@ class FileStore(ObjectStore):
         if directory in self._dirs_known:
             return
         if not os.path.isdir(self.root):
-            # Seen before and still missing: gone. (Checked again: another thread of
-            # this store may have made it, and marked it seen, since the check above.)
-            if self._root_seen and not os.path.isdir(self.root):
-                raise self._gone()
+            self._check_root()  # again: another thread may have made it and marked it seen
             os.makedirs(self.root, exist_ok=True)
             self._sync_dir(os.path.dirname(self.root))
             self._root_seen = True
@@ -297,6 +295,11 @@ class FileStore(ObjectStore):
             f"{self._key_of(path)!r} in {self.uri} is a directory of other keys, so it cannot "
             "be an object too: a file store cannot hold both 'a' and 'a/b'"
         )
+
+    def _check_root(self) -> None:
+        """Raise :meth:`_gone` if the lake directory was seen and is gone (not an empty lake)."""
+        if self._root_seen and not os.path.isdir(self.root):
+            raise self._gone()
 
     def _gone(self) -> StorageError:
         """The error for a root directory that existed and no longer does."""
@@ -337,7 +340,7 @@ class FileStore(ObjectStore):
         """Write ``data`` to a hidden temp file beside ``path`` (durable unless ``sync=False``)."""
         directory = os.path.dirname(path)
         self._ensure_dir(directory)
-        tmp = os.path.join(directory, f"{_TMP_PREFIX}{uuid.uuid4().hex}")
+        tmp = os.path.join(directory, f"{TMP_PREFIX}{uuid.uuid4().hex}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             view = memoryview(data)
