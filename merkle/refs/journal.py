@@ -466,6 +466,7 @@ class RefManager(JournalReader):
         """
         db = check_db_name(db)
         before_version = check_version(before_version, "before_version")
+        found: JournalEntry | TrimmedEntry | None = None
         try:
             found = self.head(db)
             top = None if found is None else found.version
@@ -480,14 +481,14 @@ class RefManager(JournalReader):
         stop = max(floor, min(before_version, top))
         if stop > floor:
             self.store.put(trimmed_key(db), str(stop).encode("ascii"))
-        if stop > floor and isinstance(head, JournalEntry):
+        if stop > floor and isinstance(found, JournalEntry):
             # The HEAD hint may name a version about to be deleted (commits rewrite it
             # every few versions). This merkle-db probes from the floor, but merkle-db
             # of before the floor took a hint whose next slot is empty for the head:
             # it read an old version and committed below the floor, unseen. The hint
             # names the head, durably, before anything is deleted (trims are rare).
             with contextlib.suppress(StorageError):
-                self.store.put(head_key(db), encode_entry(head))
+                self.store.put(head_key(db), encode_entry(found))
         doomed = []
         for info in self.store.list(journal_prefix(db)):
             version = parse_entry_key(db, info.key)
