@@ -250,8 +250,12 @@ def _write_csv(out: IO[str], rows: Sequence[Mapping[str, Any]], columns: list[st
         return
     out.write(",".join(_csv_field(name) for name in columns) + "\n")
     for row in rows:
-        fields = (None if row.get(n) is None else cell(row.get(n)) for n in columns)
-        out.write(",".join(_csv_field(text) for text in fields) + "\n")
+        _write_csv_row(out, row, columns)
+
+
+def _write_csv_row(out: IO[str], row: Mapping[str, Any], columns: Sequence[str]) -> None:
+    fields = (None if row.get(n) is None else cell(row.get(n)) for n in columns)
+    out.write(",".join(_csv_field(text) for text in fields) + "\n")
 
 
 def _csv_field(text: str | None) -> str:
@@ -270,12 +274,16 @@ def emit_rows(
     *,
     columns: Sequence[str] | None = None,
     file: IO[str] | None = None,
+    fixed: bool = False,
 ) -> int:
     """Print ``rows`` in ``fmt`` (None: :func:`default_format`); how many were printed.
 
     ``columns`` come first in ``table`` and ``csv`` (and are shown even when
     no row has them, so a projection's header is stable); the other fields of
     the rows follow. ``json`` and ``jsonl`` print each row's own fields.
+    ``fixed``: the rows hold no field but ``columns`` (``merkle diff``'s), so
+    ``csv`` knows its header before the rows and prints each as it comes, as
+    ``json`` and ``jsonl`` do, instead of reading them all first.
     """
     fmt = fmt or default_format()
     out = file or _stdout()
@@ -291,6 +299,12 @@ def emit_rows(
             out.write(("\n" if count == 0 else ",\n") + to_json(row, ascii=ascii))
             count += 1
         out.write("\n]\n" if count else "]\n")
+    elif fmt == "csv" and fixed and columns:
+        names = list(dict.fromkeys(columns))
+        out.write(",".join(_csv_field(name) for name in names) + "\n")
+        for row in rows:
+            _write_csv_row(out, row, names)
+            count += 1
     elif fmt in ("table", "csv"):
         listed = list(rows)
         count = len(listed)

@@ -105,10 +105,12 @@ def diff(
             settings = _settings_row(name, table_diff)
             if settings is not None:
                 yield settings
-            for rec in table_diff.records():
+            for rec in table_diff.iter_records():
                 yield {"table": name, **rec}
 
-    emit_rows(records(), fmt, columns=["table", "key", "change", "old", "new"])
+    # Every row has exactly these columns, so csv streams as json and jsonl do.
+    columns = ["table", "key", "change", "old", "new"]
+    emit_rows(records(), fmt, columns=columns, fixed=True)
 
 
 def _status(table: TableDiff) -> str:

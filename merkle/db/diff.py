@@ -189,12 +189,18 @@ class TableDiff:
 
         Records are what ``scan`` shows: the key fields (each field of a
         composite key) and every non-null field; ``key`` is the key value
-        (a tuple for a composite key).
+        (a tuple for a composite key). All of them at once: a large diff
+        streams with :meth:`iter_records`.
         """
-        out: list[dict[str, Any]] = []
+        return list(self.iter_records())
+
+    def iter_records(self) -> Iterator[dict[str, Any]]:
+        """:meth:`records` one at a time, in key order, holding one change set (the
+        changes of a few tablets' key range, as :meth:`batches` does) at once:
+        ``merkle diff`` prints them as they come, so its memory does not grow with
+        the diff."""
         for change in self.change_sets():
-            out += change_records(change, self.old, self.new)
-        return out
+            yield from change_records(change, self.old, self.new)
 
     def counts(self) -> ChangeCounts:
         """Records inserted, updated and deleted (computed once)."""

@@ -147,6 +147,13 @@ class KeyIndex:
             self._keys, self._encode = combine(self._encode()), None
         return self._keys
 
+    def key_at(self, i: int) -> bytes:
+        """The ``i``-th key (0-based; negative counts from the end)."""
+        if self._u64 is not None:
+            return int(self._u64[i]).to_bytes(8, "big")
+        key: bytes = self.keys[i].as_py()
+        return key
+
     def _probe(self, keys: Sequence[bytes]) -> np.ndarray:
         if self._u64 is not None and all(len(k) == 8 for k in keys):
             return np.frombuffer(b"".join(keys), dtype=">u8").astype(np.uint64)

@@ -12,8 +12,8 @@ wanted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import AbstractContextManager, ExitStack
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
@@ -33,6 +33,7 @@ from merkle.tablets.segment import concat_segments, project
 from merkle.tablets.settings import scan_bounds
 from merkle.tablets.store import TableStore
 from merkle.tablets.tree import LeafSlice, TableSpec, Tree
+from merkle.tablets.windows import first_budget, next_budget, pending_segments, window_edge
 
 __all__ = ["TableReads"]
 
@@ -146,23 +147,6 @@ class TableReads:
         flags[~flags] = content.upserts_in_merged
         return BatchContent(upserts, flags, content.deletes, content.deletes_in_merged)
 
-    def _ranged_overlay(self, lo: bytes | None, hi: bytes | None) -> Overlay | None:
-        """The pending changes with keys in ``[lo, hi)`` (None: unbounded) as an overlay
-        (patches resolved against this version's merged area; a new view each call), or
-        None when the whole overlay serves as well (this value holds it already, nothing
-        is pending, or the range is everything).
-
-        A read bounded by keys folds only each pending batch's slice in its range
-        (:meth:`Overlay.load_range`), so it costs its range, not the pending area
-        (which may be half the table). Its counts and ranks are exact inside the
-        range and ignore every change outside it.
-        """
-        if self._overlay is not None or not self.root.pending or (lo is None and hi is None):
-            return None
-        spec = self.spec
-        ranged = Overlay.load_range(self.ts, self.root.pending, spec.key_field, spec.codec, lo, hi)
-        return ranged.resolving(self.resolve_patches)
-
     def _window(
         self,
         from_pk: Any,
@@ -173,38 +157,16 @@ class TableReads:
         limit: int | None,
         reverse: bool,
     ) -> tuple[int, int, Overlay | None]:
-        """The effective rows ``[start, stop)`` a scan reads and the overlay that counts them.
-
-        A scan bounded only by keys (offsets and limits count from its bounds) counts
-        with the overlay of its key range (:meth:`_ranged_overlay`): its ranks are not
-        the table's, but they order the rows in the range exactly as the table's
-        do, which is all a plan and its slices need. Index bounds are the table's
-        ranks: they take the whole overlay.
-        """
-        for name, value in (
-            ("from_index", from_index),
-            ("to_index", to_index),
-            ("offset", offset),
-            ("limit", limit),
-        ):
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 0
-            ):
-                raise UsageError(f"{name} must be a non-negative integer, got {value!r}")
-        if not isinstance(reverse, bool | np.bool_):  # a truthy "no" would scan backwards
-            raise UsageError(f"reverse must be True or False, got {reverse!r}")
+        """The effective rows ``[start, stop)`` a scan reads and the overlay that counts them:
+        the table's ranks, counted with the whole overlay (a scan that needs no rank of
+        the table's reads in windows: :meth:`_scan_windows`)."""
         codec = self.codec
         if codec is None:
             return 0, 0, None
         lo, hi = scan_bounds(codec, from_pk, to_pk)
         tree, data = self._tree(), self.data_ref()
-        ranged = self._ranged_overlay(lo, hi) if from_index is None and to_index is None else None
-        if ranged is not None:
-            overlay = ranged
-            start, stop = 0, (data.count if data is not None else 0) + ranged.delta()
-        else:
-            overlay = self.overlay()
-            start, stop = 0, self.count
+        overlay = self.overlay()
+        start, stop = 0, self.count
 
         def rank(key: bytes, inclusive: bool) -> int:
             merged = tree.merged_rank(data, key, inclusive=inclusive)
@@ -240,12 +202,136 @@ class TableReads:
         limit: int | None = None,
         reverse: bool = False,
     ) -> Iterator[pa.Table]:
-        """Record batches in key order (descending with ``reverse``); bounds are inclusive."""
+        """Record batches in key order (descending with ``reverse``); bounds are inclusive.
+
+        A scan of a pending area bounded by keys (or by nothing), without index
+        bounds, folds it a window at a time (:meth:`_scan_windows`); one by
+        index, or with an offset and no key bounds, counts by the table's ranks
+        with the whole (cached) overlay.
+        """
+        _check_window(from_index, to_index, offset, limit, reverse)
+        codec = self.codec
+        if codec is None:
+            return
+        if (
+            self.root.pending
+            and self._overlay is None
+            and from_index is None
+            and to_index is None
+            and (from_pk is not None or to_pk is not None or not offset)
+        ):
+            lo, hi = scan_bounds(codec, from_pk, to_pk)
+            yield from self._scan_windows(fields, lo, hi, offset or 0, limit, reverse)
+            return
         start, stop, overlay = self._window(
             from_pk, to_pk, from_index, to_index, offset, limit, reverse
         )
-        if stop <= start or overlay is None:
+        if stop > start and overlay is not None:
+            yield from self._read(overlay, start, stop, fields, reverse)
+
+    def _scan_windows(
+        self,
+        fields: Sequence[str] | None,
+        lo: bytes | None,
+        hi: bytes | None,
+        skip: int,
+        limit: int | None,
+        reverse: bool,
+    ) -> Iterator[pa.Table]:
+        """The rows of keys ``[lo, hi)`` after ``skip`` (from the end with ``reverse``), at
+        most ``limit`` of them, the pending area folded one key window at a time
+        (:mod:`merkle.tablets.windows`).
+
+        Each window's overlay holds only the pending changes in it
+        (:meth:`Overlay.load_range`, patches resolved against this version's merged
+        area): its ranks are not the table's, but they count and order the rows in
+        the window exactly, which is all a plan and its slices need. Whole windows
+        are skipped by count. A scan folds about the pending changes among the rows
+        it skips and returns, not those of the rest of its range.
+        """
+        if lo is not None and hi is not None and lo >= hi:
             return
+        spec, pending = self.spec, self.root.pending
+        tree, data = self._tree(), self.data_ref()
+        merged_count = data.count if data is not None else 0
+        left = limit
+        budget = first_budget(None if limit is None else skip + limit)
+        edge, end = (hi, lo) if reverse else (lo, hi)
+        stored = 0  # bytes the scan has read so far (what it may keep in the cache)
+        held = False
+        with ExitStack() as stack:
+            while left is None or left > 0:
+                far = window_edge(
+                    self.ts, pending, spec.key_field, spec.codec, edge, budget, reverse=reverse
+                )
+                if far is not None and limit is None and data is not None:
+                    # A scan that reads on from here ends its window where a tablet does
+                    # if that folds at most twice the budget: a tablet cut by a window
+                    # is read (and merged) once for each side.
+                    further = window_edge(
+                        self.ts,
+                        pending,
+                        spec.key_field,
+                        spec.codec,
+                        edge,
+                        2 * budget,
+                        reverse=reverse,
+                    )
+                    lo_leaf, hi_leaf = tree.leaf_bounds(data, far)
+                    aligned = lo_leaf if reverse or lo_leaf == far else hi_leaf
+                    if further is None or (
+                        aligned is not None
+                        and (aligned >= further if reverse else aligned <= further)
+                    ):
+                        far = aligned
+                last = far is None or (end is not None and (far <= end if reverse else far >= end))
+                if last:
+                    far = end
+                a, b = (far, edge) if reverse else (edge, far)
+                ranged = Overlay.load_range(self.ts, pending, spec.key_field, spec.codec, a, b)
+                overlay = ranged.resolving(self.resolve_patches)
+
+                def rank(key: bytes | None, overlay: Overlay = overlay) -> int:
+                    if key is None:
+                        return merged_count + overlay.delta()
+                    merged = tree.merged_rank(data, key, inclusive=False)
+                    return merged + overlay.delta_before(key, inclusive=False)
+
+                start, stop = (0 if a is None else rank(a)), rank(b)
+                if skip >= stop - start:
+                    skip -= max(0, stop - start)
+                else:
+                    if reverse:
+                        stop -= skip
+                        start = start if left is None else max(start, stop - left)
+                    else:
+                        start += skip
+                        stop = stop if left is None else min(stop, start + left)
+                    skip = 0
+                    if left is not None:
+                        left -= stop - start
+                    stored = yield from self._read(overlay, start, stop, fields, reverse, stored)
+                if last:
+                    return
+                if not held:  # a second window: hold the batches' segments for the rest
+                    held = True
+                    stack.enter_context(
+                        self.ts.holding([(cid, None) for cid in pending_segments(self.ts, pending)])
+                    )
+                edge, budget = far, next_budget(budget)
+
+    def _read(
+        self,
+        overlay: Overlay,
+        start: int,
+        stop: int,
+        fields: Sequence[str] | None,
+        reverse: bool,
+        stored: int = 0,
+    ) -> Generator[pa.Table, None, int]:
+        """The effective rows ``[start, stop)`` counted by ``overlay``, in batches (in
+        descending order with ``reverse``); returns ``stored`` (the bytes the scan read
+        before) plus the bytes these rows are read from."""
         tree = self._tree()
         plan = tree.plan(self.data_ref(), overlay, start, stop)
         if reverse:
@@ -253,8 +339,9 @@ class TableReads:
         leaves = tree.leaves_io
         # A scan bigger than the cache keeps none of what it decodes: each block would
         # only push out the one read before it (and weighing each for the cache cost a
-        # 10M-row scan a tenth of its calling thread's time).
-        stored = sum(_stored_size(leaf) for leaf in plan)
+        # 10M-row scan a tenth of its calling thread's time). A scan read in windows
+        # keeps its blocks while all it has read so far is small beside the cache.
+        stored += sum(_stored_size(leaf) for leaf in plan)
         keep = stored * _DECODED_PER_STORED <= self.ts.cache_bytes // 2
         for chunk in self._chunks(plan):
             # Fetch the blocks of several leaves concurrently before materialising them:
@@ -274,6 +361,7 @@ class TableReads:
                     if reverse:
                         rows = rows.take(pa.array(np.arange(rows.num_rows - 1, -1, -1)))
                     yield rows
+        return stored
 
     def _chunks(self, plan: Sequence[LeafSlice]) -> Iterator[list[LeafSlice]]:
         """The plan's leaves in groups fetched at once: at most :data:`_PREFETCH`, and
@@ -314,6 +402,29 @@ class TableReads:
     def read_tablet(self, cid: CID, fields: Sequence[str] | None = None) -> pa.Table:
         """The rows stored in one tablet, projected to ``fields``."""
         return self._tree().read_rows(cid, fields).table
+
+
+def _check_window(
+    from_index: int | None,
+    to_index: int | None,
+    offset: int | None,
+    limit: int | None,
+    reverse: bool,
+) -> None:
+    """UsageError unless the indexes, offset and limit are non-negative integers (or
+    None) and ``reverse`` a boolean."""
+    for name, value in (
+        ("from_index", from_index),
+        ("to_index", to_index),
+        ("offset", offset),
+        ("limit", limit),
+    ):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0
+        ):
+            raise UsageError(f"{name} must be a non-negative integer, got {value!r}")
+    if not isinstance(reverse, bool | np.bool_):  # a truthy "no" would scan backwards
+        raise UsageError(f"reverse must be True or False, got {reverse!r}")
 
 
 def _stored_size(leaf: LeafSlice) -> int:

@@ -337,6 +337,22 @@ class Tree:
             ref = node.child(i)
         return rank
 
+    def leaf_bounds(self, data: ChildRef | None, key: bytes) -> tuple[bytes | None, bytes | None]:
+        """The key range ``[lo, hi)`` of the merged-area leaf whose range holds ``key``
+        (None: unbounded on that side), found by walking down the separators."""
+        lo: bytes | None = None
+        hi: bytes | None = None
+        ref = data
+        while ref is not None and ref.height > 0:
+            node = self.ts.index(ref.cid)
+            i = bisect.bisect_right(node.keys, key)
+            if i > 0:
+                lo = node.keys[i - 1]
+            if i < len(node.keys):
+                hi = node.keys[i]
+            ref = node.child(i)
+        return lo, hi
+
     def locate(self, data: ChildRef | None, keys: Sequence[bytes]) -> dict[CID, list[bytes]]:
         """Group sorted encoded keys by the tablet whose range holds them."""
         groups: dict[CID, list[bytes]] = {}
