@@ -22,6 +22,7 @@ import cbor2
 
 from merkle.blocks.cid import CID, DAG_CBOR, RAW
 from merkle.blocks.encoder import encode_node
+from merkle.blocks.nesting import MAX_CBOR_DEPTH
 from merkle.errors import IntegrityError, UsageError
 
 __all__ = [
@@ -207,7 +208,11 @@ def _decode(data: bytes, options: dict[str, Any]) -> Any:
     stream = io.BytesIO(data)
     try:
         node = cbor2.CBORDecoder(
-            stream, allow_duplicate_keys=False, allow_indefinite=False, **options
+            stream,
+            allow_duplicate_keys=False,
+            allow_indefinite=False,
+            max_depth=MAX_CBOR_DEPTH,  # the encoder's limit: what it writes reads
+            **options,
         ).decode()
     except IntegrityError:
         raise

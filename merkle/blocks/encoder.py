@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from merkle.blocks.cid import CID
+from merkle.blocks.nesting import MAX_CBOR_DEPTH
 from merkle.errors import UsageError
 
 __all__ = ["encode_node"]
@@ -105,8 +106,15 @@ def _link(raw: bytes, append: _Append) -> None:
     append(raw)
 
 
-def _items(values: Any, append: _Append) -> None:
-    """Encode a sequence's items; ints, bytes and links (most of an index node) inline."""
+class _TooDeepError(Exception):
+    """A map, list or link of a node below :data:`MAX_CBOR_DEPTH` levels of others."""
+
+
+def _items(values: Any, append: _Append, depth: int) -> None:
+    """Encode a sequence's items; ints, bytes and links (most of an index node) inline.
+
+    ``depth``: the levels (maps, lists, links) that enclose the items.
+    """
     for item in values:
         kind = type(item)
         if kind is int:
@@ -126,12 +134,14 @@ def _items(values: Any, append: _Append) -> None:
             append(_TINY_BYTES[size] if size < 24 else _head(_BYTES, size))
             append(item)
         elif kind is CID:
+            if depth >= MAX_CBOR_DEPTH:  # a link is a tag: one level more
+                raise _TooDeepError
             _link(item.bytes, append)
         else:
-            _value(item, append)
+            _value(item, append, depth)
 
 
-def _map(value: Mapping[Any, Any], append: _Append) -> None:
+def _map(value: Mapping[Any, Any], append: _Append, depth: int) -> None:
     entries = []
     for key, item in value.items():
         if not isinstance(key, str):
@@ -145,7 +155,7 @@ def _map(value: Mapping[Any, Any], append: _Append) -> None:
     for size, encoded, item in entries:
         append(_TINY_TEXT[size] if size < 24 else _head(_TEXT, size))
         append(encoded)
-        _value(item, append)
+        _value(item, append, depth)
 
 
 def _map_order(entry: tuple[int, bytes, Any]) -> tuple[int, bytes]:
@@ -162,19 +172,24 @@ def _utf8(text: str) -> bytes:
         ) from None
 
 
-def _value(value: Any, append: _Append) -> None:
+def _value(value: Any, append: _Append, depth: int) -> None:
+    """Encode ``value``, which ``depth`` levels (maps, lists, links) enclose."""
     kind = type(value)
     if kind is dict:
-        _map(value, append)
+        if depth >= MAX_CBOR_DEPTH:
+            raise _TooDeepError
+        _map(value, append, depth + 1)
     elif kind is list or kind is tuple:
+        if depth >= MAX_CBOR_DEPTH:
+            raise _TooDeepError
         append(_head(_ARRAY, len(value)))
-        _items(value, append)
+        _items(value, append, depth + 1)
     elif kind is str:
         encoded = _utf8(value)
         append(_head(_TEXT, len(encoded)))
         append(encoded)
     elif kind is int or kind is bytes or kind is CID:
-        _items((value,), append)
+        _items((value,), append, depth)
     elif kind is float:
         append(_float(value))
     elif value is None:
@@ -184,44 +199,62 @@ def _value(value: Any, append: _Append) -> None:
     elif value is False:
         append(_FALSE)
     else:
-        _subclass(value, append)
+        _subclass(value, append, depth)
 
 
-def _subclass(value: Any, append: _Append) -> None:
+def _subclass(value: Any, append: _Append, depth: int) -> None:
     """Encode instances of subclasses (and stand-ins) of the base types as the base type."""
     if isinstance(value, int):  # IntEnum, numpy bools are not ints; bool was handled
         append(_int(int(value)))
     elif isinstance(value, float):  # numpy.float64 and friends
         append(_float(float(value)))
     elif isinstance(value, str):
-        _value(str.__str__(value), append)
+        _value(str.__str__(value), append, depth)
     elif isinstance(value, (bytes, bytearray, memoryview)):
-        _value(bytes(value), append)
+        _value(bytes(value), append, depth)
     elif isinstance(value, Mapping):
-        _map(value, append)
+        if depth >= MAX_CBOR_DEPTH:
+            raise _TooDeepError
+        _map(value, append, depth + 1)
     elif isinstance(value, (list, tuple)):
+        if depth >= MAX_CBOR_DEPTH:
+            raise _TooDeepError
         append(_head(_ARRAY, len(value)))
-        _items(value, append)
+        _items(value, append, depth + 1)
     else:
         raise UsageError(
             f"cannot store a value of type {type(value).__name__} in a node: {_TYPES_HINT}"
         )
 
 
-def encode_node(node: Any) -> bytes:
+def encode_node(node: Any, *, room: int = MAX_CBOR_DEPTH) -> bytes:
     """Encode a node (dicts, lists, scalars, CIDs) as canonical DAG-CBOR bytes.
 
     Tuples encode as lists; subclasses of the base types (``IntEnum``,
     ``numpy.float64``, ``OrderedDict``, ``bytearray``) encode as their base
     type, so equal content always gives equal bytes. Raises
     :class:`UsageError` on anything DAG-CBOR cannot hold: non-string map keys,
-    NaN or infinite floats, integers beyond 64 bits, other types.
+    NaN or infinite floats, integers beyond 64 bits, other types, and nesting
+    deeper than ``room`` levels (each map, list and link one). ``room`` is at
+    most :data:`~merkle.blocks.nesting.MAX_CBOR_DEPTH`, the depth the decoder
+    reads; less checks a value that will sit inside a node, below its levels
+    (metadata, which a root's map holds, has one level less).
     """
+    room = min(room, MAX_CBOR_DEPTH)
     out: list[bytes] = []
     try:
-        _value(node, out.append)
+        _value(node, out.append, MAX_CBOR_DEPTH - room)
+    except _TooDeepError:
+        raise UsageError(
+            f"a value nested too deeply, more than {room} levels (each dict, list, tuple "
+            f"and link is one), or one that holds itself, cannot be stored: DAG-CBOR "
+            f"readers stop at {MAX_CBOR_DEPTH} levels. Flatten it, or store the deep "
+            "part as text (json.dumps) or bytes"
+        ) from None
     except RecursionError:
         raise UsageError(
-            "node is nested too deeply to encode (or holds itself); flatten it"
+            f"node is nested too deeply to encode (DAG-CBOR readers stop at {MAX_CBOR_DEPTH} "
+            "levels; subclasses of dict and list take more of Python's stack), or holds "
+            "itself; flatten it"
         ) from None
     return b"".join(out)

@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from merkle.blocks.codec import encode_node
+from merkle.blocks.nesting import MAX_CBOR_DEPTH
 from merkle.db.frames import pandas_table
 from merkle.errors import SchemaError, UsageError
 from merkle.tablets.conform import KeyLayout
@@ -357,9 +358,14 @@ def check_field_name(name: str, table: str) -> str:
 
 
 def check_metadata(value: Any, what: str) -> Any:
-    """``value`` if it can be stored in a node (DAG-CBOR), else a UsageError naming ``what``."""
+    """``value`` if it can be stored in a node (DAG-CBOR), else a UsageError naming ``what``.
+
+    Metadata sits in its root node's map, so it has one level less than a node
+    (:data:`~merkle.blocks.nesting.MAX_CBOR_DEPTH`): deeper, the root would be
+    written but could not be read.
+    """
     try:
-        encode_node(value)
+        encode_node(value, room=MAX_CBOR_DEPTH - 1)
     except UsageError as exc:
         raise UsageError(f"{what} cannot be stored: {exc}") from None
     return value

@@ -22,7 +22,9 @@ import cbor2
 import numpy as np
 import pyarrow as pa
 
+from merkle.blocks.nesting import MAX_CBOR_DEPTH
 from merkle.errors import IntegrityError, UsageError
+from merkle.lazy import compute as pc
 
 __all__ = [
     "CBOR_ENCODING",
@@ -66,6 +68,33 @@ class _InexactValueError(_UnsupportedValueError):
     def __init__(self, value: Any, why: str) -> None:
         super().__init__(value)
         self.why = why
+
+
+class _TooDeepError(_UnsupportedValueError):
+    """A value nested deeper than the decoder reads (:data:`MAX_CBOR_DEPTH`)."""
+
+
+#: 1 for the first byte of every CBOR array, map and tag (major types 4, 5 and 6: the
+#: heads that each add a level), 0 for every other byte: ``data.translate`` of it
+#: counts them (:func:`_check_depth`). A value with fewer such bytes nests no deeper.
+_LEVEL_HEADS = bytes(1 if 0x80 <= byte < 0xE0 else 0 for byte in range(256))
+
+
+def _check_depth(data: bytes, value: Any) -> None:
+    """:class:`_TooDeepError` when ``data`` (the CBOR of ``value``) nests deeper than
+    :func:`_cbor_decode` reads; the caller checks only values longer than the limit
+    (:func:`_check_depths`).
+
+    A value nested N levels deep holds at least N bytes that :data:`_LEVEL_HEADS` marks
+    (strings may hold more), so counting them (in C) clears nearly every value;
+    one with more is decoded as the reader decodes it, which is the exact test.
+    """
+    if data.translate(_LEVEL_HEADS).count(1) <= MAX_CBOR_DEPTH:
+        return
+    try:
+        _loads(data)
+    except (cbor2.CBORDecodeError, ValueError, TypeError, EOFError, RecursionError):
+        raise _TooDeepError(value) from None
 
 
 def _check_decimal(value: decimal.Decimal) -> None:
@@ -165,7 +194,9 @@ def _cbor_encode(value: Any) -> bytes:
         return cbor2.dumps(value, encoders=_CBOR_ENCODERS, default=_encode_other)
     except _UnsupportedValueError:
         raise
-    except (cbor2.CBOREncodeError, TypeError, ValueError, OverflowError, RecursionError):
+    except RecursionError:
+        raise _TooDeepError(value) from None
+    except (cbor2.CBOREncodeError, TypeError, ValueError, OverflowError):
         raise _UnsupportedValueError(value) from None
 
 
@@ -186,9 +217,13 @@ def _tag_hook(*args: Any) -> Any:
     return tag
 
 
+def _loads(data: bytes) -> Any:
+    return cbor2.loads(data, tag_hook=_tag_hook, max_depth=MAX_CBOR_DEPTH)
+
+
 def _cbor_decode(data: bytes, field: str) -> Any:
     try:
-        return cbor2.loads(data, tag_hook=_tag_hook)
+        return _loads(data)
     except (cbor2.CBORDecodeError, ValueError, TypeError, EOFError) as exc:
         raise IntegrityError(f"field {field!r} holds a malformed CBOR value: {exc}") from None
 
@@ -233,6 +268,8 @@ def _cbor_array(name: str, values: Sequence[Any], row: RowName) -> pa.Array:
             continue
         try:
             encoded.append(_cbor_encode(value))
+        except _TooDeepError:
+            raise _too_deep(name, row(position), value) from None
         except _InexactValueError as exc:
             raise UsageError(
                 f"field {name!r} of {row(position)} holds {show(exc.value)}, {exc.why}"
@@ -241,9 +278,45 @@ def _cbor_array(name: str, values: Sequence[Any], row: RowName) -> pa.Array:
             raise UsageError(
                 f"field {name!r} of {row(position)} holds "
                 f"{type(exc.value).__name__} {show(exc.value)}, which merkle-db cannot store: "
-                f"record values are {_SUPPORTED_VALUES} (nested freely)"
+                f"record values are {_SUPPORTED_VALUES} (nested up to {MAX_CBOR_DEPTH} levels)"
             ) from None
-    return pa.array(encoded, type=pa.binary())
+    array = pa.array(encoded, type=pa.binary())
+    _check_depths(name, values, encoded, array, row)
+    return array
+
+
+def _check_depths(
+    name: str, values: Sequence[Any], encoded: list[bytes | None], array: pa.Array, row: RowName
+) -> None:
+    """UsageError naming the first value of ``values`` (``encoded`` as ``array``) nested
+    deeper than the reader reads (:func:`_check_depth`).
+
+    Only a value whose CBOR is longer than :data:`MAX_CBOR_DEPTH` bytes can hold that
+    many levels; Arrow finds them in one pass over the lengths, so that a column of
+    ordinary values costs no Python work per value.
+    """
+    lengths = pc.binary_length(array)
+    longest = pc.max(lengths).as_py()
+    if longest is None or longest <= MAX_CBOR_DEPTH:
+        return
+    for position in pc.indices_nonzero(pc.greater(lengths, MAX_CBOR_DEPTH)).to_pylist():
+        data = encoded[position]
+        assert data is not None  # a null has no length
+        try:
+            _check_depth(data, values[position])
+        except _TooDeepError:
+            raise _too_deep(name, row(position), values[position]) from None
+
+
+def _too_deep(name: str, row: str, value: Any) -> UsageError:
+    # the value is not shown: the repr of a list nested this deep overflows Python's stack
+    return UsageError(
+        f"field {name!r} of {row} holds a {type(value).__name__} nested more than "
+        f"{MAX_CBOR_DEPTH} levels deep (each list, tuple and dict is a level; a set or "
+        f"Decimal inside is two, a datetime, date, UUID or big int one), which merkle-db "
+        f"could not read back: flatten it, or store the deep part as text (json.dumps) "
+        f"or bytes"
+    )
 
 
 def show(value: Any) -> str:

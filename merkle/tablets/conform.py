@@ -44,6 +44,7 @@ from merkle.tablets.fitcolumn import fit_column
 from merkle.tablets.freeform import in_micros, python_values
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
 from merkle.tablets.keytimes import is_naive_timestamp, naive_key_values, record_key_type
+from merkle.tablets.nesting import check_nesting
 from merkle.tablets.nullness import check_inner_nulls, check_nullability
 from merkle.tablets.recordcolumn import check_kind_column, record_column
 from merkle.tablets.restore import null_column, restore_column
@@ -240,6 +241,8 @@ def conform_arrow(
         name = field.name
         if name in key.fields:
             continue
+        # whatever the field: no Python value, CBOR or segment comes of a deeper column
+        check_nesting(field.type, name, "the Arrow data")
         column = table.column(name)
         if name in known:
             target = schema.field(name)

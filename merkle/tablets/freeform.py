@@ -33,6 +33,7 @@ from merkle.tablets.cbor import (
 )
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.micros import FREE_NANOS, in_micros
+from merkle.tablets.nesting import check_nesting
 from merkle.tablets.pylimits import failing_kind, python_limit
 
 __all__ = [
@@ -480,6 +481,7 @@ def normalize_arrow(
         if name == key_field:
             continue
         column = table.column(name)
+        check_nesting(column.type, name, "the Arrow data")  # to_pylist would recurse
         if column.null_count == len(column):
             continue  # None everywhere is the same as absent
         field, array = _canonical_column(table.schema.field(name), column)

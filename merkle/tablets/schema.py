@@ -29,6 +29,7 @@ import pyarrow as pa
 from merkle.errors import IntegrityError, SchemaError
 from merkle.tablets.dicts import check_dictionaries, declarable_type
 from merkle.tablets.freeform import unknown_time_zone
+from merkle.tablets.nesting import check_nesting
 from merkle.tablets.segment import cbor_field, is_cbor_field
 from merkle.tablets.storedform import plain_type, served_type, storage_type
 
@@ -177,7 +178,10 @@ def check_time_zones(kind: pa.DataType, name: str, where: str) -> None:
 def check_declared_type(kind: pa.DataType, name: str, where: str) -> None:
     """SchemaError when a field type declared, added or learned from a write (``where``)
     is one every read of the field would fail on: an unknown time zone, or a dictionary
-    no read can rebuild (:func:`~merkle.tablets.dicts.check_dictionaries`)."""
+    no read can rebuild (:func:`~merkle.tablets.dicts.check_dictionaries`); or one no
+    commit could store, nested deeper than Arrow IPC holds
+    (:func:`~merkle.tablets.nesting.check_nesting`: first, as the other checks recurse)."""
+    check_nesting(kind, name, where)
     check_time_zones(kind, name, where)
     check_dictionaries(kind, name, where)
 
