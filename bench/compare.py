@@ -208,7 +208,7 @@ and the conversion of the rows to dicts (`segment.py:arrow_to_records`).""",
     "5.": """\
 **10-row commit: what costs the time.** Each commit rebuilds the overlay of
 every pending batch (`batch.py:Overlay.load`, folding all of them again),
-merges tiers (`batch.py:merge_tier`), encodes the new batch and makes it
+merges tiers (`tiers.py:merge_tier`), encodes the new batch and makes it
 durable in several fsync rounds (blocks, directory, journal entry). Keeping
 the overlay incrementally (the previous overlay plus the new batch) and
 fewer fsync rounds are the levers.""",

@@ -1,9 +1,9 @@
 """Pending batches: write them, merge them Spine-style, and read them as one overlay.
 
 A commit's changes to a table become one batch at the head of the table's
-pending list. Batches are merged by size tier (four batches of one tier make
-one of the next), so a table holds O(log n) batches and each pending record
-is rewritten O(log n) times.
+pending list. Batches are merged by size tier (:mod:`merkle.tablets.tiers`),
+so a table holds O(log n) batches and each pending record is rewritten
+O(log n) times.
 
 The :class:`Overlay` is all pending batches folded into one sorted view,
 newest change per key winning; reads lay it over the merged area. Each entry
@@ -34,16 +34,13 @@ from merkle.tablets.segment import concat_segments
 from merkle.tablets.store import TableStore, table_weight
 
 __all__ = [
-    "TIER_FANIN",
     "BatchContent",
     "Overlay",
-    "batch_tier",
     "delete_keys",
     "fold",
     "load_batch",
     "load_batch_range",
     "lookup_pending",
-    "merge_tier",
     "upsert_keys",
     "write_batch",
 ]
@@ -357,52 +354,6 @@ def _fold_whole(
         return out
 
     return content, rank_of
-
-
-#: Pending batches merge in fours: four batches of one size tier (sizes within a
-#: factor of four) become one of the next tier.
-TIER_FANIN = 4
-
-
-def batch_tier(count: int) -> int:
-    """The size tier of a batch of ``count`` entries: floor(log4(count))."""
-    tier = 0
-    while count >= TIER_FANIN:
-        count //= TIER_FANIN
-        tier += 1
-    return tier
-
-
-def merge_tier(
-    ts: TableStore,
-    pending: list[CID],
-    key_field: str,
-    codec: KeyCodec,
-) -> list[CID]:
-    """Merge the newest batches by size tier, Spine-style (see :data:`TIER_FANIN`).
-
-    Batches of the same version (several materialisations of one commit) are
-    merged first. Then, while the newest :data:`TIER_FANIN` batches share a
-    size tier, they are merged into one: a table keeps O(log n) batches and
-    each entry is rewritten O(log n) times (log base four).
-    """
-    pending = list(pending)
-    while len(pending) >= 2:
-        newer, older = ts.batch(pending[0]), ts.batch(pending[1])
-        if newer.lower <= older.upper:
-            run = 2
-        elif len(pending) >= TIER_FANIN and (
-            len({batch_tier(ts.batch(cid).count) for cid in pending[:TIER_FANIN]}) == 1
-        ):
-            run = TIER_FANIN
-        else:
-            break
-        merged = fold(
-            [load_batch(ts, cid, key_field, codec) for cid in pending[:run]], key_field, codec
-        )
-        oldest = ts.batch(pending[run - 1])
-        pending[:run] = [write_batch(ts, merged, oldest.lower, newer.upper)]
-    return pending
 
 
 #: What an overlay keeps besides its key indexes and buffers: the overlay, its content and

@@ -23,7 +23,6 @@ from merkle.tablets.batch import (
     delete_keys,
     fold,
     load_batch,
-    merge_tier,
     upsert_keys,
     write_batch,
 )
@@ -54,6 +53,7 @@ from merkle.tablets.segment import (
 from merkle.tablets.settings import check_families, check_limits, unreversed
 from merkle.tablets.spec import family_blocks
 from merkle.tablets.store import TableStore
+from merkle.tablets.tiers import merge_tier
 from merkle.tablets.tree import TableSpec, Tree, node_ref
 
 if TYPE_CHECKING:

@@ -18,11 +18,12 @@ import pyarrow as pa
 from merkle.blocks.cid import CID
 from merkle.errors import IntegrityError, MerkleError
 from merkle.lazy import compute as pc
-from merkle.tablets.batch import TIER_FANIN, BatchContent, Overlay, batch_tier, load_batch
+from merkle.tablets.batch import BatchContent, Overlay, load_batch
 from merkle.tablets.keyindex import combine
 from merkle.tablets.nodes import BASE, ChildRef, TabletNode
 from merkle.tablets.store import TableStore
 from merkle.tablets.table import Table
+from merkle.tablets.tiers import TIER_FANIN, batch_tier
 from merkle.tablets.tree import TableSpec, Tree, node_ref
 
 __all__ = ["validate"]
