@@ -290,7 +290,9 @@ class Database(RecordOps):
         return self._with_table(name, None, db_ops.DropTable(name, state.table.root.uid))
 
     def describe_table(self, name: str) -> dict[str, Any]:
-        return describe_table(self._ts, self._table(name), name)
+        state = self._state(name)
+        stored = self._table_root(name) if not (state.modified or state.changes) else None
+        return describe_table(self._ts, self._table(name), name, stored)
 
     @continues_committed
     def alter_table_meta(self, name: str, fn: Callable[..., Any], *args: Any) -> Database:

@@ -19,11 +19,18 @@ from merkle.tablets.table import Table
 __all__ = ["describe_table", "list_tablets", "read_stray_tablet"]
 
 
-def describe_table(ts: TableStore, table: Table, name: str) -> dict[str, Any]:
-    """Settings, size and schema of one table version (``Database.describe_table``)."""
+def describe_table(
+    ts: TableStore, table: Table, name: str, stored: str | None = None
+) -> dict[str, Any]:
+    """Settings, size and schema of one table version (``Database.describe_table``).
+
+    ``stored`` is the CID of the table's root when the version holds it unchanged: the
+    id is that block's, even when this merkle-db would write the root in a newer format
+    version (re-encoding a version 2 root gives a version 3 one, another CID).
+    """
     root = table.root
     return {
-        "id": str(ts.put_node(root.to_node())),
+        "id": stored or str(ts.put_node(root.to_node())),
         "name": name,
         "key": list(root.key_fields) if len(root.key_fields) > 1 else root.key_fields[0],
         "key_codec": root.key_codec,

@@ -15,9 +15,11 @@ Identities are stored sparsely in the table root (doc/format.md, "Table
 root"): a field whose identity is ``(its name, 0)`` has no entry, so a table
 that never dropped or renamed a field stores nothing new, and the roots
 written before identities existed read as what they are: every field born
-in epoch 0 under its name. Two branches that add the same name from the same
-epoch give it the same identity, so adding a field on both sides of a merge
-is still the same change taken once.
+in epoch 0 under its name. Every root with a schema is written as format
+version 3, so that a merkle-db from before identities refuses it instead of
+writing it back without them (doc/format.md, "Typed nodes"). Two branches
+that add the same name from the same epoch give it the same identity, so
+adding a field on both sides of a merge is still the same change taken once.
 
 This module derives identities; :mod:`merkle.tablets.nodes` stores them,
 :mod:`merkle.tablets.table` keeps them up to date through every schema change,

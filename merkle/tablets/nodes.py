@@ -30,8 +30,10 @@ from merkle.tablets.schema import composite_column, decode_schema, encode_schema
 __all__ = [
     "BASE",
     "BATCH",
+    "IDENTITY_TABLE_VERSION",
     "INDEX",
     "PAGED_TABLET_VERSION",
+    "PATCHED_BATCH_VERSION",
     "TABLE",
     "TABLET",
     "TYPED_TABLE_VERSION",
@@ -53,11 +55,22 @@ BASE = "base"
 
 #: Format version of a table root that has a schema (and maybe a composite key):
 #: version 1 roots are the tables written before schemas, read as they always were.
+#: Written before field identities; read (with or without ``field_ids``), no longer written.
 TYPED_TABLE_VERSION = 2
+
+#: Format version of every table root with a schema written now: version 2 whose meaning
+#: includes field identities (``field_ids``, ``schema_epoch``). A version 2 writer would
+#: drop them, and would drop or rename a field without counting the epoch (then a field
+#: added again under the name passes for the old one), so it must refuse these roots.
+IDENTITY_TABLE_VERSION = 3
 
 #: Format version of a tablet whose rows are kept in pages (blocks of a few thousand
 #: rows each); version 1 tablets hold one segment per family and read as they always did.
 PAGED_TABLET_VERSION = 2
+
+#: Format version of a batch that holds patches; a reader that predates patches must
+#: refuse it (it would return records without them). Batches without keep version 1.
+PATCHED_BATCH_VERSION = 2
 
 #: Records per page unless a table says otherwise (bench/scale.py measured the choice).
 DEFAULT_PAGE_SIZE = 16_384
@@ -278,7 +291,11 @@ class BatchNode:
     field-level changes to existing records, sorted by key, disjoint from the
     upserts and deletes: the key column and one column per patched field;
     ``patched`` maps each such field to a bitmap of the rows that set it
-    (see :mod:`merkle.tablets.patches`).
+    (see :mod:`merkle.tablets.patches`). A batch with patches is format version
+    2, so that a reader that predates patches refuses it instead of returning
+    records without them; one without is version 1, byte for byte what earlier
+    versions wrote. Version 1 batches with patches (written before this rule)
+    read too.
     """
 
     lower: int
@@ -300,6 +317,7 @@ class BatchNode:
     def to_node(self) -> dict[str, Any]:
         node = self._base_node()
         if self.patch_count:
+            node["v"] = PATCHED_BATCH_VERSION
             node["patches"] = self.patches
             node["patch_count"] = self.patch_count
             node["patched"] = dict(self.patched)
@@ -322,7 +340,7 @@ class BatchNode:
 
     @classmethod
     def from_node(cls, node: Any, where: object = None) -> BatchNode:
-        node = check_node(node, BATCH, where=where)
+        node = check_node(node, BATCH, where=where, versions=(NODE_VERSION, PATCHED_BATCH_VERSION))
         try:
             upserts = node["upserts"]
             if upserts is not None and not isinstance(upserts, CID):
@@ -355,6 +373,8 @@ class BatchNode:
                 len(mask) * 8 < batch.patch_count for _, mask in batch.patched
             ):
                 raise ValueError("the patches, their count and their bitmaps disagree")
+            if node["v"] == PATCHED_BATCH_VERSION and not batch.patch_count:
+                raise ValueError(f"a version {PATCHED_BATCH_VERSION} batch holds patches")
         except (KeyError, TypeError, ValueError) as exc:
             raise IntegrityError(f"batch {where} is malformed: {exc}") from exc
         if node.get("count") != batch.count:
@@ -395,9 +415,9 @@ class TableRoot:
 
     ``key_field`` is the segment key column; ``key_fields`` the user's key
     fields (one, or several for a composite key, stored as a struct column).
-    ``typed`` tables (format version 2) keep a ``schema`` (None until the
-    first write or declaration); version 1 tables have none and read as they
-    always did.
+    ``typed`` tables (format version 3, or 2 when written before field
+    identities) keep a ``schema`` (None until the first write or declaration);
+    version 1 tables have none and read as they always did.
     """
 
     key_field: str
@@ -445,7 +465,7 @@ class TableRoot:
             "uid": self.uid,
         }
         if self.typed:
-            node["v"] = TYPED_TABLE_VERSION
+            node["v"] = IDENTITY_TABLE_VERSION
             fields = self.key_fields
             node["key"]["field"] = list(fields) if len(fields) > 1 else fields[0]
             node["schema"] = None if self.schema is None else encode_schema(self.schema)
@@ -459,8 +479,9 @@ class TableRoot:
 
     @classmethod
     def from_node(cls, node: Any, where: object = None) -> TableRoot:
-        node = check_node(node, TABLE, where=where, versions=(NODE_VERSION, TYPED_TABLE_VERSION))
-        typed = node["v"] == TYPED_TABLE_VERSION
+        versions = (NODE_VERSION, TYPED_TABLE_VERSION, IDENTITY_TABLE_VERSION)
+        node = check_node(node, TABLE, where=where, versions=versions)
+        typed = node["v"] != NODE_VERSION
         try:
             key = _map(node["key"])
             key_fields: tuple[str, ...] = ()
