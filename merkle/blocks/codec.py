@@ -30,6 +30,7 @@ __all__ = [
     "check_node",
     "decode_node",
     "decode_node_deferred",
+    "decode_object",
     "encode_node",
     "iter_links",
     "link_of",
@@ -160,6 +161,24 @@ def decode_node(data: bytes, *, strict: bool = False) -> Any:
                 "block is not in canonical DAG-CBOR form (key order, shortest integers "
                 "or 64-bit floats differ); re-encode it with a DAG-CBOR encoder"
             )
+    return node
+
+
+def decode_object(
+    data: bytes, node_type: str, damaged: Callable[[str], Exception]
+) -> dict[str, Any]:
+    """The map of type ``node_type`` a lake object (a lease, a lock, the config, ...) holds.
+
+    Bytes that do not decode, or decode to anything else, raise
+    ``damaged(problem)``: the caller's error, which names the object and the
+    way out (doc/reliability.md: every decoder names what is damaged).
+    """
+    try:
+        node = decode_node(data)
+    except IntegrityError as exc:
+        raise damaged(f"it does not decode ({exc})") from None
+    if not isinstance(node, dict) or node.get("type") != node_type:
+        raise damaged(f"it is not a {node_type} node")
     return node
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
+from merkle.blocks.codec import NODE_VERSION, check_node, decode_object, encode_node
 from merkle.errors import IntegrityError, NotFoundError, StorageError, UsageError
 from merkle.refs.entry import CONFIG_KEY
 from merkle.storage.base import ObjectStore
@@ -84,10 +84,5 @@ def _decode(data: bytes, uri: str) -> dict[str, Any]:
             'doc/operations.md, "Damaged lake objects", says how to tell) and run merkle verify'
         )
 
-    try:
-        node = decode_node(data)
-    except IntegrityError as exc:
-        raise damaged(f"it does not decode ({exc})") from None
-    if not isinstance(node, dict) or node.get("type") != CONFIG_TYPE:
-        raise damaged(f"it is not a {CONFIG_TYPE} node")
+    node = decode_object(data, CONFIG_TYPE, damaged)
     return node

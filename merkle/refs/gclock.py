@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from merkle.blocks.codec import NODE_VERSION, decode_node, encode_node
+from merkle.blocks.codec import NODE_VERSION, decode_object, encode_node
 from merkle.errors import IntegrityError, NotFoundError
 from merkle.refs.errors import LeaseExpiredError, LockHeldError
 from merkle.refs.timing import Timing
@@ -126,12 +126,7 @@ def _decode(data: bytes, key: str, generation: int) -> LockState:
             "collection is running"
         )
 
-    try:
-        node = decode_node(data)
-    except IntegrityError as exc:
-        raise damaged(f"it does not decode ({exc})") from None
-    if not isinstance(node, dict) or node.get("type") != LOCK_TYPE:
-        raise damaged(f"it is not a {LOCK_TYPE} node")
+    node = decode_object(data, LOCK_TYPE, damaged)
     if node.get("v") != NODE_VERSION:
         raise IntegrityError(
             f"GC lock object {key!r} has format version {node.get('v')!r}; this merkle-db "

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from merkle.blocks.cid import CID
-from merkle.blocks.codec import NODE_VERSION, decode_node, encode_node
+from merkle.blocks.codec import NODE_VERSION, decode_object, encode_node
 from merkle.errors import IntegrityError, NotFoundError, UsageError
 from merkle.refs.errors import LeaseExpiredError, LockHeldError
 from merkle.refs.gclock import GCLock, LockState, acquire_gc_lock, break_gc_lock, read_lock
@@ -102,12 +102,7 @@ def _decode(data: bytes, key: str) -> Lease:
             "so it stops: delete the object once its holder is surely gone"
         )
 
-    try:
-        node = decode_node(data)
-    except IntegrityError as exc:
-        raise damaged(f"it does not decode ({exc})") from None
-    if not isinstance(node, dict) or node.get("type") != LEASE_TYPE:
-        raise damaged(f"it is not a {LEASE_TYPE} node")
+    node = decode_object(data, LEASE_TYPE, damaged)
     if node.get("v") != NODE_VERSION:
         raise IntegrityError(
             f"lease object {key!r} has format version {node.get('v')!r}; this merkle-db "

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from merkle.blocks.cid import CID
-from merkle.blocks.codec import NODE_VERSION, decode_node, encode_node
+from merkle.blocks.codec import NODE_VERSION, decode_object, encode_node
 from merkle.errors import IntegrityError, NotFoundError, UsageError
 from merkle.refs.entry import (
     JournalEntry,
@@ -84,12 +84,7 @@ def _decode(data: bytes, key: str, db: str, name: str) -> Tag:
             f"tag object {key!r} is damaged: {problem}; delete the tag and create it again"
         )
 
-    try:
-        node = decode_node(data)
-    except IntegrityError as exc:
-        raise damaged(f"it does not decode ({exc})") from None
-    if not isinstance(node, dict) or node.get("type") != TAG_TYPE:
-        raise damaged(f"it is not a {TAG_TYPE!r} node")
+    node = decode_object(data, TAG_TYPE, damaged)
     if node.get("v") != NODE_VERSION:
         raise IntegrityError(
             f"tag object {key!r} has format version {node.get('v')!r}; this merkle-db reads "
