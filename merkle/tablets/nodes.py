@@ -374,7 +374,10 @@ class BatchNode:
             ):
                 raise ValueError("the patches, their count and their bitmaps disagree")
             if node["v"] == PATCHED_BATCH_VERSION and not batch.patch_count:
-                raise ValueError(f"a version {PATCHED_BATCH_VERSION} batch holds patches")
+                raise ValueError(
+                    f"it holds no patches, but only a batch with patches is version "
+                    f"{PATCHED_BATCH_VERSION} (one without is version {NODE_VERSION})"
+                )
         except (KeyError, TypeError, ValueError) as exc:
             raise IntegrityError(f"batch {where} is malformed: {exc}") from exc
         if node.get("count") != batch.count:
