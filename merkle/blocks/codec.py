@@ -15,7 +15,7 @@ are the canonical encoding, for blocks that come from outside.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import Any, Final
 
 import cbor2
@@ -32,6 +32,7 @@ __all__ = [
     "decode_node_deferred",
     "decode_object",
     "encode_node",
+    "is_newer_format",
     "iter_links",
     "link_of",
     "links_of",
@@ -319,8 +320,22 @@ def check_node(
     version = node.get("v")
     if version not in versions or isinstance(version, bool):
         known = " and ".join(str(v) for v in sorted(versions))
+        if not is_newer_format(node, versions):
+            # No merkle-db writes a version missing, below 1 or not a number: damage.
+            raise IntegrityError(
+                f"node{label} of type {expected_type} is malformed: its format version is "
+                f"{version!r}, not a version any merkle-db writes (this one reads {known})"
+            )
         raise IntegrityError(
             f"node{label} of type {expected_type} has format version {version!r}; this "
             f"merkle-db reads version {known}: upgrade merkle-db to read it"
         )
     return node
+
+
+def is_newer_format(node: Mapping[str, Any], versions: Collection[int] = (NODE_VERSION,)) -> bool:
+    """Whether ``node``'s ``v`` names a format newer than every one of ``versions``:
+    an upgrade reads it, where a ``v`` that is missing, not an integer or below 1
+    is damage that no merkle-db could read."""
+    version = node.get("v")
+    return type(version) is int and version > max(versions)

@@ -24,7 +24,13 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from merkle.blocks.codec import NODE_VERSION, check_node, decode_node, encode_node
+from merkle.blocks.codec import (
+    NODE_VERSION,
+    check_node,
+    decode_node,
+    encode_node,
+    is_newer_format,
+)
 from merkle.errors import IntegrityError, NotFoundError, UsageError
 from merkle.refs import check_db_name
 from merkle.storage.base import ObjectStore
@@ -270,7 +276,7 @@ def load_policy(store: ObjectStore) -> Policy:
         node = decode_node(data)
     except IntegrityError as exc:
         raise PolicyDamagedError(store.uri, f"it does not decode ({exc})") from None
-    if isinstance(node, dict) and node.get("type") == POLICY_TYPE:
+    if isinstance(node, dict) and node.get("type") == POLICY_TYPE and is_newer_format(node):
         check_node(node, POLICY_TYPE, where=POLICY_KEY)  # a newer format: upgrade, not damage
     try:
         return Policy.from_node(node)

@@ -42,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from merkle.blocks.cid import CID
-from merkle.blocks.codec import NODE_VERSION, decode_node, encode_node
+from merkle.blocks.codec import NODE_VERSION, decode_node, encode_node, is_newer_format
 from merkle.errors import IntegrityError, UsageError
 from merkle.refs.errors import JournalEntryDamagedError
 
@@ -293,7 +293,9 @@ def decode_slot(data: bytes, key: str, db: str, version: int | None) -> JournalE
     kind = node.get("type")
     if kind not in (ENTRY_TYPE, TRIMMED_TYPE):
         raise fields.fail(f"its type is {kind!r}, expected {ENTRY_TYPE!r}")
-    if node.get("v") != NODE_VERSION:
+    if node.get("v") != NODE_VERSION or isinstance(node.get("v"), bool):
+        if not is_newer_format(node):  # missing, not a number, below 1: damage
+            raise fields.fail(f"its format version is {node.get('v')!r}")
         raise IntegrityError(
             f"journal object {key!r} has format version {node.get('v')!r}; this merkle-db "
             f"reads version {NODE_VERSION}: upgrade merkle-db to read it"

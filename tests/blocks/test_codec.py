@@ -170,7 +170,7 @@ def test_check_node_accepts_its_type_and_version() -> None:
         ([], "not a map"),
         ({"type": "merkle/index", "v": 1}, "expected 'merkle/table'"),
         ({"type": "merkle/table", "v": 2}, "upgrade merkle-db"),
-        ({"type": "merkle/table"}, "format version None"),
+        ({"type": "merkle/table"}, "malformed: its format version is None"),
     ],
 )
 def test_check_node_rejects_other_types_and_versions(node: Any, message: str) -> None:
