@@ -357,10 +357,14 @@ class JournalReader:
         return lake_gone_error(self.store) if gone else IntegrityError(message)
 
     def _trimmed_error(self, db: str, version: int) -> NotFoundError:
-        oldest = self.oldest_version(db)
+        try:
+            oldest = f"; the oldest version kept is {self.oldest_version(db)}"
+        except (JournalEntryDamagedError, JournalGapError):
+            # The head search refuses a damaged head or a gap; the version is trimmed all
+            # the same, and a tag that keeps it must still open it (to clone it first).
+            oldest = ""
         return NotFoundError(
-            f"version {version} of database {db!r} was removed by retention; the oldest "
-            f"version kept is {oldest}"
+            f"version {version} of database {db!r} was removed by retention{oldest}"
         )
 
     def at(self, db: str, when: datetime) -> JournalEntry:
