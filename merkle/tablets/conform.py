@@ -241,8 +241,10 @@ def conform_arrow(
         name = field.name
         if name in key.fields:
             continue
-        # whatever the field: no Python value, CBOR or segment comes of a deeper column
-        check_nesting(field.type, name, "the Arrow data")
+        # before any Python value, CBOR or segment comes of the column: a schema-free
+        # field is held to what passes through Python, a typed one to Arrow IPC's limit
+        free = is_free(schema.field(name)) if name in known else is_cbor_field(field) or new_free
+        check_nesting(field.type, name, "the Arrow data", free=free)
         column = table.column(name)
         if name in known:
             target = schema.field(name)

@@ -481,7 +481,7 @@ def normalize_arrow(
         if name == key_field:
             continue
         column = table.column(name)
-        check_nesting(column.type, name, "the Arrow data")  # to_pylist would recurse
+        check_nesting(column.type, name, "the Arrow data", free=True)  # stored as CBOR
         if column.null_count == len(column):
             continue  # None everywhere is the same as absent
         field, array = _canonical_column(table.schema.field(name), column)

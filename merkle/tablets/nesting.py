@@ -21,11 +21,18 @@ import pyarrow as pa
 from merkle.blocks.nesting import MAX_CBOR_DEPTH
 from merkle.errors import SchemaError
 
-__all__ = ["ARROW_MAX_NESTING", "check_nesting", "nesting_of"]
+__all__ = ["ARROW_MAX_NESTING", "FREE_ARROW_MAX_NESTING", "check_nesting", "nesting_of"]
 
 #: The most levels of child types a field's type may have under it (Arrow IPC's
 #: ``kMaxNestingDepth`` of 64 arrays, less the column's own).
 ARROW_MAX_NESTING: Final = 63
+
+#: The most levels Arrow data may nest into a schema-free field (stored as CBOR, which
+#: keeps up to 400): its values are turned into Python objects by pyarrow's
+#: ``to_pylist``, which recurses about 2.5 interpreter frames a level and hits
+#: Python's recursion limit near 350 levels; 200 leaves the caller's stack room.
+#: Records (Python values) nest up to the CBOR limit.
+FREE_ARROW_MAX_NESTING: Final = 200
 
 
 def nesting_of(kind: pa.DataType, stop: int = ARROW_MAX_NESTING + 1) -> int:
@@ -53,15 +60,25 @@ def nesting_of(kind: pa.DataType, stop: int = ARROW_MAX_NESTING + 1) -> int:
     return deepest
 
 
-def check_nesting(kind: pa.DataType, name: str, where: str) -> None:
+def check_nesting(kind: pa.DataType, name: str, where: str, *, free: bool = False) -> None:
     """SchemaError naming field ``name`` (declared, added or learned from ``where``) when
-    its type ``kind`` nests deeper than Arrow IPC stores (:data:`ARROW_MAX_NESTING`)."""
-    depth = nesting_of(kind)
-    if depth <= ARROW_MAX_NESTING:
+    its type ``kind`` nests deeper than Arrow IPC stores (:data:`ARROW_MAX_NESTING`), or,
+    for a schema-free field (``free``: its values are stored as CBOR), deeper than Arrow
+    data may nest into one (:data:`FREE_ARROW_MAX_NESTING`)."""
+    limit = FREE_ARROW_MAX_NESTING if free else ARROW_MAX_NESTING
+    depth = nesting_of(kind, limit + 1)
+    if depth <= limit:
         return
     shown = str(kind)
     if len(shown) > 80:
         shown = shown[:77] + "..."
+    if free:
+        raise SchemaError(
+            f"{where}: schema-free field {name!r} is {shown}, whose type nests more than "
+            f"{FREE_ARROW_MAX_NESTING} levels deep, the most Arrow data may nest into a "
+            "schema-free field (its values pass through Python): flatten the field, or "
+            f"write its values as records (they may nest up to {MAX_CBOR_DEPTH} levels)"
+        )
     raise SchemaError(
         f"{where}: field {name!r} is {shown}, whose type nests more than "
         f"{ARROW_MAX_NESTING} levels deep (each list or struct is a level, a map two): "
