@@ -195,7 +195,9 @@ def merge(
         detail = "; ".join(p for p in (counts, tables) if p)
         whole = (
             " (either takes that side's whole table for a table conflict, dropping the other "
-            "side's changes to it: to keep both, make the table agree on both sides first)"
+            "side's changes to it: to keep both, make the table agree on both sides first; "
+            "for a conflict of metadata or families, only that side's metadata or families, "
+            "and the rows still merge key by key)"
             if exc.table_conflicts
             else ""
         )

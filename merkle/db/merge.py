@@ -22,7 +22,10 @@ are merged into one virtual base first. The rules (also in ``doc/versions.md``):
   Anything else (dropped on one side and changed on the other, re-created
   or re-keyed on one side and changed on the other, settings changed
   differently on both) is a table conflict: ``"ours"`` and ``"theirs"``
-  pick a side's whole table, ``"fail"`` and callables raise.
+  pick a side's whole table, ``"fail"`` and callables raise. Metadata or
+  families changed differently on both is a *settings* conflict: ``"ours"``
+  and ``"theirs"`` take that side's metadata or families only, and the rows
+  still merge key by key (nothing of the other side's rows is dropped).
 * Database metadata follows the side that changed it; changed differently
   on both, it is a conflict like a table's.
 """
@@ -52,7 +55,7 @@ if TYPE_CHECKING:
     from merkle.db.connection import Connection
     from merkle.db.database import Database
 
-__all__ = ["RESOLVERS", "TABLE_CONFLICT_HINT", "Resolver", "merge"]
+__all__ = ["RESOLVERS", "SETTINGS_CONFLICT_HINT", "TABLE_CONFLICT_HINT", "Resolver", "merge"]
 
 Resolver = str | Callable[[dict[str, Any]], Mapping[str, Any] | None]
 RESOLVERS = ("ours", "theirs", "fail")
@@ -61,6 +64,13 @@ TABLE_CONFLICT_HINT = (
     "; a table conflict is settled by taking that side's whole table, so the other "
     "side's changes to that table are dropped: to keep both, make the table agree on "
     "both sides first (e.g. alter_schema to the same field types) and merge again"
+)
+#: Said with a conflict of a table's metadata or families, or of the database metadata:
+#: "ours"/"theirs" settle it by taking that side's setting, not a whole table.
+SETTINGS_CONFLICT_HINT = (
+    "; a conflict of a table's metadata or families (or of the database metadata) is "
+    "settled by taking that side's metadata or families only: the rows are still merged "
+    "key by key"
 )
 _ATTEMPTS = 16
 _DEPTH = 8  # criss-crosses nested below a merge's bases that a virtual base may merge
@@ -101,6 +111,9 @@ class _Merge:
         self.result = ours
         self.conflicts: dict[str, pa.Table] = {}
         self.table_conflicts: dict[str, str] = {}
+        #: The tables (``""``: the database metadata) whose conflict is of settings: a
+        #: table's schema conflict returns before its settings are compared.
+        self.settings_conflicts: set[str] = set()
 
     def _table(self, db: Database, name: str) -> Table | None:
         return db._table(name) if db.has_table(name) else None
@@ -136,23 +149,37 @@ class _Merge:
             f"merging {self.theirs.name!r} version {self.theirs.version} into "
             f"{self.ours.name!r} version {self.ours.version} (base: {base}) found conflicts "
             f"({parts}); nothing was committed: resolve them with resolve='ours', "
-            "'theirs' or a function" + (TABLE_CONFLICT_HINT if self.table_conflicts else ""),
+            "'theirs' or a function" + self._hint(),
             {n: t for n, t in self.conflicts.items()},
             self.table_conflicts,
         )
 
-    def _side_wins(self, name: str, why: str) -> str | None:
-        """Settle a table-level conflict: the winning side, or None (recorded as a conflict)."""
+    def _hint(self) -> str:
+        """What ``"ours"``/``"theirs"`` would take for the table conflicts found."""
+        whole = set(self.table_conflicts) - self.settings_conflicts
+        return (TABLE_CONFLICT_HINT if whole else "") + (
+            SETTINGS_CONFLICT_HINT if self.settings_conflicts & set(self.table_conflicts) else ""
+        )
+
+    def _side_wins(self, name: str, why: str, *, settings: bool = False) -> str | None:
+        """Settle a table-level conflict: the winning side, or None (recorded as a conflict).
+
+        ``settings``: a conflict of metadata or families only, which ``"ours"`` and
+        ``"theirs"`` settle by that side's setting (the rows still merge key by key).
+        """
         if self.resolve in ("ours", "theirs"):
             return str(self.resolve)
         self.table_conflicts[name] = why
+        if settings:
+            self.settings_conflicts.add(name)
         return None
 
     def _metadata(self) -> None:
         b, o, t = self.base.metadata, self.ours.metadata, self.theirs.metadata
         if t in (b, o):
             return
-        if o != b and self._side_wins("", "the metadata was changed on both sides") != "theirs":
+        why = "the metadata was changed on both sides"
+        if o != b and self._side_wins("", why, settings=True) != "theirs":
             return
         self.result = self.result.alter_db_meta(lambda _old, new: new, t)
 
@@ -206,7 +233,8 @@ class _Merge:
                 continue
             if (
                 get(o) != base_value
-                and self._side_wins(name, f"its {what} changed on both sides") != "theirs"
+                and self._side_wins(name, f"its {what} changed on both sides", settings=True)
+                != "theirs"
             ):
                 continue
             table = (

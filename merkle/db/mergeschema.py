@@ -13,6 +13,9 @@ table, settled by ``"ours"``/``"theirs"`` or reported:
 * a field dropped (or renamed, which is a drop and an add) on one side
   while the other side changed the table: merging would silently lose the
   other side's values of that field;
+* a field added on both sides (one field: the same name from the same
+  epoch) and renamed afterwards on one side: renamed on one side while the
+  other changed the table, as above;
 * a field gone on both sides while the two schemas still differ: renamed to
   two names, or dropped on one side and renamed on the other, cannot be told
   from two unrelated changes (dropped on both sides with otherwise identical
@@ -154,6 +157,9 @@ def merge_schemas(base: Table | None, ours: Table, theirs: Table) -> SchemaMerge
             # One field with two identities (added on both sides, or so merged before):
             # the merge keeps the earlier, so neither side's later merges see a re-add.
             taken[name] = min(ids_o[name], ids_t[name], key=_preferred(name))
+    shared = _shared_identity(result, o, t, {**ids_o, **taken})
+    if shared is not None:
+        return SchemaMerge(None, None, shared)
     to_ours, to_theirs = _change_to(o, result), _change_to(t, result)
     for change in (to_ours, to_theirs):
         if isinstance(change, str):
@@ -162,6 +168,37 @@ def merge_schemas(base: Table | None, ours: Table, theirs: Table) -> SchemaMerge
     assert not isinstance(to_theirs, str)
     epoch = max(ours.root.schema_epoch, theirs.root.schema_epoch)
     return SchemaMerge(to_ours, to_theirs, ids=taken, epoch=epoch)
+
+
+def _shared_identity(
+    result: Mapping[str, pa.Field],
+    o: Mapping[str, pa.Field],
+    t: Mapping[str, pa.Field],
+    ids: Mapping[str, FieldId],
+) -> str | None:
+    """Why the merged fields ``result`` (identities ``ids``) cannot be one schema: two of
+    them are one field under two names, or None.
+
+    A field added on both sides under one name from one epoch is one field (the
+    same change taken once); renamed afterwards on one side, it is that field
+    renamed on one side while the other side changed the table (it added the
+    field), which is a conflict as for a field of the base. Merged, both names
+    would carry one identity, a table root no reader accepts.
+    """
+    by_id: dict[FieldId, list[str]] = {}
+    for name in result:
+        by_id.setdefault(ids[name], []).append(name)
+    for (birth, _epoch), names in by_id.items():
+        if len(names) < 2:
+            continue
+        ours = [n for n in names if n in o and n not in t] or [n for n in names if n in o]
+        theirs = [n for n in names if n in t and n not in o] or [n for n in names if n in t]
+        return (
+            f"field {birth!r}, added on both sides, is {ours[0]!r} on our side and "
+            f"{theirs[0]!r} on their side: renamed on one side while the table changed "
+            "on the other"
+        )
+    return None
 
 
 def _preferred(name: str) -> Callable[[FieldId], tuple[bool, int, str]]:

@@ -478,6 +478,18 @@ class TableRoot:
                 node["field_ids"] = {n: [b, e] for n, (b, e) in sorted(self.field_ids.items())}
             if self.schema_epoch:
                 node["schema_epoch"] = self.schema_epoch
+            try:
+                # The reader's own check, before anything is stored: a root it refuses
+                # (e.g. two fields with one identity) would make the table unreadable
+                # at every version after it, and no commit may point at one.
+                _check_identities(self, node)
+            except ValueError as exc:
+                raise IntegrityError(
+                    f"refusing to write a table root that could not be read back: {exc} "
+                    f"(fields {self.schema.names if self.schema is not None else []}, "
+                    f"identities {dict(self.field_ids)}); nothing was stored. This is a "
+                    "merkle-db bug: report it with the operation that led here"
+                ) from exc
         return node
 
     @classmethod
