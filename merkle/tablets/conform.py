@@ -46,6 +46,7 @@ from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow
 from merkle.tablets.keytimes import is_naive_timestamp, naive_key_values, record_key_type
 from merkle.tablets.nesting import check_nesting
 from merkle.tablets.nullness import check_inner_nulls, check_nullability
+from merkle.tablets.nulltypes import has_null, refined
 from merkle.tablets.recordcolumn import check_kind_column, record_column
 from merkle.tablets.restore import null_column, restore_column
 from merkle.tablets.schema import (
@@ -248,6 +249,11 @@ def conform_arrow(
         column = table.column(name)
         if name in known:
             target = schema.field(name)
+            if has_null(target.type):  # null inside (list<null>): the data's type there
+                learned = refined(target.type, declarable_type(field.type))
+                if learned != target.type:
+                    target = target.with_type(learned)
+                    new_fields.append(target)
         elif is_cbor_field(field) or (new_free and not pa.types.is_null(field.type)):
             target = cbor_field(name)
             new_fields.append(target)
@@ -300,6 +306,18 @@ def _extend(schema: pa.Schema, fields: Sequence[pa.Field]) -> pa.Schema:
     return pa.schema([*have, *learned.values()], metadata=schema.metadata)
 
 
+def _learned(field: pa.Field, name: str, values: list[Any], key_of: Any) -> pa.Field:
+    """``field`` with the nulls inside its type given the type ``values`` have there
+    (:func:`~merkle.tablets.nulltypes.refined`); ``field`` itself when they teach
+    nothing, or when they have no one type (they are then refused as not fitting it)."""
+    try:
+        kind = infer_type(name, values, key_of)
+    except SchemaError:
+        return field
+    learned = refined(field.type, kind)
+    return field if learned == field.type else field.with_type(learned)
+
+
 def typed_names(schema: pa.Schema) -> set[str]:
     """The fields of ``schema`` whose type is known: every field not of type null.
 
@@ -307,6 +325,9 @@ def typed_names(schema: pa.Schema) -> set[str]:
     a key field before the first write) has had no type to learn: a write of
     values gives it the type they have, as a new field would get, in its place.
     Every value it held is null, a value of any type, so nothing stored changes.
+    A field with ``null`` inside its type (``list<null>``) is typed: a write
+    gives that inner null the type of its values the same way
+    (:mod:`merkle.tablets.nulltypes`).
     """
     return {f.name for f in schema if not pa.types.is_null(f.type)}
 
@@ -383,6 +404,11 @@ def conform_records(
     for name, values in columns.items():
         if name in known:
             target = schema.field(name)
+            if has_null(target.type):  # null inside (list<null>): the values' type there
+                learned = _learned(target, name, values, key_of)
+                if learned is not target:
+                    target = learned
+                    new_fields.append(target)
         elif new_free:
             target = cbor_field(name)
             new_fields.append(target)

@@ -18,7 +18,7 @@ The rules, as Delta Lake users know them:
   wider index type (int8 -> int16, ...) and a value type it widens to, or to
   that value type itself (dictionary<int8, string> -> string): segments
   store dictionaries decoded, so only the root changes in meaning; a field of
-  type null to any type. Anything narrower is a
+  type null (at any depth: ``list<null>``) to any type. Anything narrower is a
   :class:`~merkle.errors.SchemaError`, and so is a key field widened to a type
   of another key codec (int32 -> float64: stored keys stay ``int``-encoded).
 - **rename** a field (not a key field) to a free name.
@@ -46,6 +46,7 @@ from merkle.tablets.conform import KeyLayout
 from merkle.tablets.dicts import declarable_type, index_capacity
 from merkle.tablets.keychecks import check_codec_fits
 from merkle.tablets.keys import infer_key_codec_arrow
+from merkle.tablets.nulltypes import fills_nulls
 from merkle.tablets.schema import (
     check_declared_type,
     check_field_metadata,
@@ -175,8 +176,8 @@ _UNSIGNED = [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
 def can_widen(old: pa.DataType, new: pa.DataType) -> bool:
     """Whether every value of ``old`` is a value of ``new`` (see the module doc)."""
     types = pa.types
-    if old == new or types.is_null(old):
-        return True  # null's one value (null) is a value of every type
+    if old == new or types.is_null(old) or fills_nulls(old, new):
+        return True  # null's one value (null) is a value of every type, at any depth
     if types.is_dictionary(old):
         if not types.is_dictionary(new):
             return can_widen(old.value_type, new)
@@ -282,7 +283,8 @@ def plan_change(
                 f"cannot widen field {name!r} from {old.type} to {kind}: not every value of "
                 f"the old type is a value of the new one (allowed: wider integers, "
                 f"float16/32 -> float64, int8/16/32 -> float64, decimal precision, large "
-                f"types, a wider dictionary index or the dictionary's value type)"
+                f"types, a wider dictionary index or the dictionary's value type, null at any "
+                f"depth to any type)"
             )
         if name in key.fields:
             _check_key_widen(name, old.type, kind)

@@ -41,6 +41,7 @@ from merkle.tablets.freeform import (
     records_to_arrow,
     values_column,
 )
+from merkle.tablets.nulltypes import fills_nulls, refined
 from merkle.tablets.segschema import segment_layout
 from merkle.tablets.storedform import stored_column
 
@@ -440,6 +441,13 @@ def _merge_column(
             for table, entry in zip(tables, found, strict=True)
         ]
         return target, _chunks(pieces, target.type)
+    joined = _joined(kinds)
+    if joined is not None:
+        pieces = [
+            pa.nulls(len(table), joined.type) if entry is None else entry[1].cast(joined.type)
+            for table, entry in zip(tables, found, strict=True)
+        ]
+        return joined, _chunks(pieces, joined.type)
     pieces = []
     for table, entry in zip(tables, found, strict=True):
         if entry is None:
@@ -450,6 +458,25 @@ def _merge_column(
             values = column_values(pa.table([entry[1]], schema=pa.schema([entry[0]])), name)
             pieces.append(_cbor_array(name, values, row_number))
     return cbor_field(name), _chunks(pieces, pa.binary())
+
+
+def _joined(kinds: Sequence[tuple[pa.DataType, bool, pa.Field]]) -> pa.Field | None:
+    """The one typed field every kind of a column widens to by giving the ``null``
+    inside it a type (``list<null>`` stored before a write typed the field
+    ``list<int64>``, :mod:`~merkle.tablets.nulltypes`), or None: the column is
+    then merged as CBOR. Every value of such a kind (an empty list, a null) is one
+    of the joined type, so the cast changes none."""
+    if any(free for _, free, _ in kinds):
+        return None
+    field = kinds[0][2]
+    for kind, _, _ in kinds[1:]:
+        joined = refined(field.type, kind)
+        if not (joined == field.type or fills_nulls(field.type, joined)):
+            return None
+        if not (joined == kind or fills_nulls(kind, joined)):
+            return None
+        field = field.with_type(joined)
+    return field
 
 
 def _extension_of_storage(
