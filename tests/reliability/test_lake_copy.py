@@ -10,21 +10,37 @@ unreadable and ``merkle verify`` reported missing blocks.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import threading
 from pathlib import Path
 
 import merkle
 
+#: Writes in flight (a file store writes each object to a ``.tmp-*`` file, then renames
+#: it): the documented copy skips them; they may vanish while the copy runs.
+_IN_FLIGHT = shutil.ignore_patterns("*.tmp-*")
+
+
+def _copy_if_there(source: str, target: str) -> None:
+    """Copy one small object; one that went meanwhile (a lease released) is not needed."""
+    with contextlib.suppress(FileNotFoundError):
+        shutil.copy2(source, target)
+
 
 def _copy_documented(src: Path, dst: Path, between: object = None) -> None:
     dst.mkdir()
     for item in sorted(src.iterdir()):
         if item.name != "blocks":
-            (shutil.copytree if item.is_dir() else shutil.copy2)(item, dst / item.name)
+            if item.is_dir():
+                shutil.copytree(
+                    item, dst / item.name, ignore=_IN_FLIGHT, copy_function=_copy_if_there
+                )
+            else:
+                shutil.copy2(item, dst / item.name)
     if callable(between):
         between()
-    shutil.copytree(src / "blocks", dst / "blocks")
+    shutil.copytree(src / "blocks", dst / "blocks", ignore=_IN_FLIGHT)
 
 
 def _check_copy(dst: Path) -> list[int]:
