@@ -84,5 +84,4 @@ def _decode(data: bytes, uri: str) -> dict[str, Any]:
             'doc/operations.md, "Damaged lake objects", says how to tell) and run merkle verify'
         )
 
-    node = decode_object(data, CONFIG_TYPE, damaged)
-    return node
+    return decode_object(data, CONFIG_TYPE, damaged)

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from merkle.blocks.codec import NODE_VERSION, decode_node, encode_node
+from merkle.blocks.codec import NODE_VERSION, decode_object, encode_node
 from merkle.errors import IntegrityError
 from merkle.storage.base import ObjectStore
 
@@ -162,19 +162,14 @@ def load_reports(store: ObjectStore) -> list[dict[str, Any]]:
 
 
 def _decode_report(data: bytes, key: str) -> dict[str, Any]:
-    try:
-        node = decode_node(data)
-    except IntegrityError as exc:
-        problem = f"it does not decode ({exc})"
-    else:
-        if isinstance(node, dict) and node.get("type") == REPORT_TYPE:
-            return node
-        problem = f"it is not a {REPORT_TYPE} node"
-    raise IntegrityError(
-        f"GC report object {key!r} is damaged: {problem}; a report is only a record of "
-        "an earlier collection (nothing reads it to decide anything): delete the object, "
-        "or restore it from a backup"
-    )
+    def damaged(problem: str) -> IntegrityError:
+        return IntegrityError(
+            f"GC report object {key!r} is damaged: {problem}; a report is only a record of "
+            "an earlier collection (nothing reads it to decide anything): delete the object, "
+            "or restore it from a backup"
+        )
+
+    return decode_object(data, REPORT_TYPE, damaged)
 
 
 @dataclass

@@ -36,6 +36,7 @@ from merkle.tablets.store import TableStore, table_weight
 __all__ = [
     "BatchContent",
     "Overlay",
+    "bound_rank",
     "delete_keys",
     "fold",
     "load_batch",
@@ -210,12 +211,12 @@ def load_batch_range(
 
 def _key_span(index: KeyIndex, lo: bytes | None, hi: bytes | None) -> tuple[int, int]:
     """The positions ``[i, j)`` of the keys of ``index`` in ``[lo, hi)`` (None: unbounded)."""
-    i = 0 if lo is None else _rank(index, lo)
-    j = len(index) if hi is None else _rank(index, hi)
+    i = 0 if lo is None else bound_rank(index, lo)
+    j = len(index) if hi is None else bound_rank(index, hi)
     return i, max(i, j)
 
 
-def _rank(index: KeyIndex, key: bytes) -> int:
+def bound_rank(index: KeyIndex, key: bytes) -> int:
     """How many keys of ``index`` are ``< key``.
 
     A scan's upper bound is the successor of its last key (that key and a zero

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from merkle.blocks.cid import CID
-from merkle.tablets.batch import delete_keys, patch_keys, upsert_keys
+from merkle.tablets.batch import bound_rank, delete_keys, patch_keys, upsert_keys
 from merkle.tablets.keyindex import KeyIndex
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.store import TableStore
@@ -70,12 +70,12 @@ def window_edge(
     found: bytes | None = None
     for index in _indexes(ts, pending, key_field, codec):
         if reverse:
-            j = len(index) if edge is None else _rank(index, edge)
+            j = len(index) if edge is None else bound_rank(index, edge)
             if j > budget:
                 key = index.key_at(j - budget)
                 found = key if found is None else max(found, key)
         else:
-            i = 0 if edge is None else _rank(index, edge)
+            i = 0 if edge is None else bound_rank(index, edge)
             if i + budget < len(index):
                 key = index.key_at(i + budget)
                 found = key if found is None else min(found, key)
@@ -104,12 +104,3 @@ def _indexes(
             yield delete_keys(ts, cid, node)
         if node.patches is not None:
             yield patch_keys(ts, node, key_field, codec)
-
-
-def _rank(index: KeyIndex, key: bytes) -> int:
-    """How many keys of ``index`` are ``< key``; a scan's upper bound (the successor of
-    its last key: that key and a zero byte) is searched as ``<=`` that key, in the
-    index's numpy words when its keys are 8 bytes (as ``batch.load_batch_range`` does)."""
-    if len(key) == 9 and key[-1] == 0:
-        return index.rank(key[:-1], inclusive=True)
-    return index.rank(key)
