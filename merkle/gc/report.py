@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from merkle.blocks.codec import NODE_VERSION, decode_object, encode_node
-from merkle.errors import IntegrityError
+from merkle.errors import IntegrityError, NotFoundError
 from merkle.storage.base import ObjectStore
 
 __all__ = [
@@ -157,8 +157,17 @@ def load_reports(store: ObjectStore) -> list[dict[str, Any]]:
 
     A damaged one is an :class:`IntegrityError` naming its key: a report is a
     record only (nothing decides anything on it), so deleting it is the way out.
+    One that a concurrent collection pruned after the listing is left out, as if
+    listed a moment later.
     """
-    return [_decode_report(store.get(info.key), info.key) for info in store.list(REPORT_PREFIX)]
+    reports = []
+    for info in store.list(REPORT_PREFIX):
+        try:
+            data = store.get(info.key)
+        except NotFoundError:  # pruned by a collection saving its report meanwhile
+            continue
+        reports.append(_decode_report(data, info.key))
+    return reports
 
 
 def _decode_report(data: bytes, key: str) -> dict[str, Any]:
