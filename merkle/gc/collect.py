@@ -74,6 +74,8 @@ from merkle.refs import (
     WritersBusyError,
     audit_journal,
 )
+from merkle.refs.entry import CONFIG_KEY
+from merkle.refs.reader import lake_gone_error
 from merkle.refs.timing import Timing
 from merkle.storage.base import ObjectInfo
 
@@ -98,6 +100,13 @@ WRITER_WAIT = 60.0
 def journal_names(conn: Connection) -> list[str]:
     """Every database with a journal in the lake, live or dropped."""
     return conn.store.list_prefixes(REFS_PREFIX)
+
+
+def _any_entry(conn: Connection) -> bool:
+    """Whether any journal holds an entry (a file lake keeps emptied journals' folders)."""
+    return any(
+        next(iter(conn.store.list(f"{REFS_PREFIX}{name}/")), None) for name in journal_names(conn)
+    )
 
 
 def _kept_entries(
@@ -355,6 +364,11 @@ def gc(
     if grace is not None:
         policy = Policy(policy.default, policy.databases, parse_duration(grace, "grace"))
     conn._writer.release_idle()  # this connection's own idle lease is not a running writer
+    if not conn.store.exists(CONFIG_KEY) and not _any_entry(conn):
+        # Every lake has its settings from its first connection on: an S3 prefix (or a
+        # directory) emptied while in use is a lake deleted, not an empty one to start
+        # writing a clock, a lock and a report into.
+        raise lake_gone_error(conn.store)
     fanout = fanout or Fanout()
     # Read first, before the lock is taken: a storage that cannot take this write (a
     # full disk) stops the collection before it holds writers up; and retention is

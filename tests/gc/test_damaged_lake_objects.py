@@ -303,6 +303,25 @@ def test_verify_of_a_lake_whose_objects_were_all_deleted_says_it_is_gone(
         merkle.verify(shop)
 
 
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_gc_of_a_lake_whose_objects_were_all_deleted_says_it_is_gone_and_writes_nothing(
+    shop: merkle.Connection, dry_run: bool
+) -> None:
+    """On S3 (or a directory emptied in place) it wrote a clock, a lock and a report
+    into the deleted lake and reported a healthy collection."""
+    shop.store.delete_many([info.key for info in shop.store.list()])
+    with pytest.raises(NotFoundError, match="is gone"):
+        merkle.gc(shop, dry_run=dry_run, grace="0s")
+    assert list(shop.store.list()) == []
+
+
+def test_gc_of_an_empty_lake_runs(lake: Lake) -> None:
+    with connect(lake) as conn:
+        report = merkle.gc(conn, grace="0s")
+    assert report.blocks_freed == 0
+    assert report.databases == {}
+
+
 def test_an_empty_lake_verifies_as_healthy(lake: Lake) -> None:
     with connect(lake) as conn:
         report = merkle.verify(conn)
