@@ -47,9 +47,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -59,7 +58,7 @@ from merkle.db.inputs import check_flag
 from merkle.errors import NotFoundError, StorageError, UsageError
 from merkle.gc.clock import remove_temporaries, storage_clock
 from merkle.gc.fanout import Fanout, Progress
-from merkle.gc.locking import take_gc_lock
+from merkle.gc.locking import held_gc_lock, take_gc_lock
 from merkle.gc.mark import Marker
 from merkle.gc.policy import Policy, Retention, load_policy, parse_duration
 from merkle.gc.readers import ReaderRoots
@@ -76,7 +75,6 @@ from merkle.refs import (
 )
 from merkle.refs.entry import CONFIG_KEY
 from merkle.refs.reader import lake_gone_error
-from merkle.refs.timing import Timing
 from merkle.storage.base import ObjectInfo
 
 if TYPE_CHECKING:
@@ -152,52 +150,6 @@ def _nth_committed(entries: Sequence[JournalEntry], count: int) -> int:
             if seen == count:
                 return entry.version
     return entries[0].version
-
-
-@contextlib.contextmanager
-def _held(lock: GCLock, ttl: float, timing: Timing) -> Iterator[GCLock]:
-    """Keep renewing ``lock`` in the background; release it at the end."""
-    stop = threading.Event()
-
-    def renew() -> None:
-        while not stop.wait(ttl / 3):
-            with contextlib.suppress(Exception):
-                lock.renew(ttl)
-
-    thread = threading.Thread(target=renew, name="merkle-gc-lock", daemon=True)
-    thread.start()
-    try:
-        yield lock
-    except BaseException as exc:
-        stop.set()
-        thread.join()
-        _release(lock, timing, exc)
-        raise
-    stop.set()
-    thread.join()
-    _release(lock, timing, None)
-
-
-def _release(lock: GCLock, timing: Timing, failure: BaseException | None) -> None:
-    """Release ``lock``; if that fails, say what it holds up, without hiding why GC stopped.
-
-    A lock that cannot be written (a full disk, a lost connection) stays
-    until it expires, as a killed collector's does: writers wait for it.
-    When the collection itself failed (``failure``), its error is the one
-    raised, with this as a note; otherwise the release error is.
-    """
-    try:
-        lock.release()
-    except StorageError as exc:
-        problem = (
-            f"the GC lock (generation {lock.generation}) could not be released ({exc}): "
-            f"writers wait for it until it expires, "
-            f"{timing.describe(lock.expires + timing.margin)}, or until "
-            "`merkle gc --break-lock` ends it"
-        )
-        if failure is None:
-            raise StorageError(problem) from exc
-        failure.add_note(problem)
 
 
 class _Run:
@@ -409,7 +361,7 @@ def gc(
                     or "it stayed unchanged for longer than its stated duration"
                 )
             )
-        with _held(lock, lock_ttl, conn.leases.timing):
+        with held_gc_lock(lock, lock_ttl, conn.leases.timing):
             run.phase("lock")
             if load_policy(conn.store) != stored:
                 # set_retention (which takes this lock) changed the policy after the
