@@ -33,6 +33,7 @@ from merkle.storage.base import (
     quote_location,
 )
 from merkle.storage.filegc import TMP_PREFIX, delete_if_older, remove_stale_temporaries
+from merkle.storage.fileoptions import file_flag, file_workers
 
 __all__ = ["FileStore", "check_path"]
 
@@ -74,32 +75,6 @@ def check_path(path: str, what: str) -> str:
     return path
 
 
-_TRUE = ("true", "yes", "on", "1")
-_FALSE = ("false", "no", "off", "0")
-
-
-def _flag(value: Any, name: str) -> bool:
-    """A yes/no store option: a bool, 0 or 1, or its text (``-o fsync=false``): the text
-    ``"false"`` is a true value to Python, so without this it turned fsync on."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in (*_TRUE, *_FALSE):
-        return value.strip().lower() in _TRUE
-    raise UsageError(f"file store option {name} must be true or false, got {value!r}")
-
-
-def _workers(value: Any) -> int:
-    """``bulk_workers``: a whole number of at least 1 (or its text)."""
-    number = value
-    if isinstance(value, str) and value.strip().isdigit():
-        number = int(value.strip())
-    if isinstance(number, int) and not isinstance(number, bool) and number >= 1:
-        return number
-    raise UsageError(f"file store option bulk_workers must be a whole number >= 1, got {value!r}")
-
-
 class FileStore(ObjectStore):
     """Objects as files under ``root``; ``fsync=False`` trades crash safety for speed."""
 
@@ -111,8 +86,8 @@ class FileStore(ObjectStore):
             raise UsageError(f"file store root must be an absolute path, got {root!r}")
         check_path(root, "lake path")
         self.root = os.path.normpath(root)
-        self.fsync = _flag(fsync, "fsync")
-        self.bulk_workers = _workers(bulk_workers)
+        self.fsync = file_flag(fsync, "fsync")
+        self.bulk_workers = file_workers(bulk_workers)
         self._dirs_known: set[str] = set()
         self._dirs_lock = threading.Lock()
         if os.path.exists(self.root) and not os.path.isdir(self.root):
