@@ -8,6 +8,8 @@ Messages name the thing that failed and say what to do about it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 __all__ = [
     "CommitIndeterminateError",
     "ConflictError",
@@ -59,6 +61,17 @@ class MergeConflictError(ConflictError):
     record). ``table_conflicts`` maps a table (or ``""`` for the database
     metadata) to why it cannot be merged key by key (dropped on one side and
     changed on the other, re-keyed, settings changed differently).
+    ``settings_conflicts`` holds those of ``table_conflicts`` that are of
+    settings only (a table's metadata or families, or the database metadata):
+    ``resolve="ours"``/``"theirs"`` settles them by that side's settings, and
+    the rows still merge key by key; the others take a side's whole table.
+
+    ``needs_base`` is True when ``resolve=`` cannot settle the conflict at all:
+    the merge has several best merge bases (a criss-cross) that cannot be
+    merged into one, so ``base=`` must name the version to merge from;
+    ``merge_bases`` then names them as ``(database, version)`` pairs, and
+    ``conflicts``/``table_conflicts`` are those found merging them (if any).
+    A caller (the command line) picks its advice from these, not the message.
     """
 
     def __init__(
@@ -66,10 +79,17 @@ class MergeConflictError(ConflictError):
         message: str,
         conflicts: dict[str, object] | None = None,
         table_conflicts: dict[str, str] | None = None,
+        *,
+        settings_conflicts: Iterable[str] = (),
+        needs_base: bool = False,
+        merge_bases: Iterable[tuple[str, int]] = (),
     ) -> None:
         super().__init__(message)
         self.conflicts = dict(conflicts or {})
         self.table_conflicts = dict(table_conflicts or {})
+        self.settings_conflicts = frozenset(settings_conflicts) & set(self.table_conflicts)
+        self.needs_base = needs_base
+        self.merge_bases = tuple(merge_bases)
 
 
 class CommitIndeterminateError(MerkleError):

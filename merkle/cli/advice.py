@@ -61,6 +61,7 @@ def _rules(db: str, table: str) -> list[tuple[str, str | Callable[[re.Match[str]
         ),
         (r"pass base= \(a Database or a version of", "pass --base N (a version of"),
         (r"pass base= explicitly \(a Database, or a version", "pass --base N (a version"),
+        (r"which resolve= does not settle", "which --resolve does not settle"),
         (
             r" \(or commit\(rebase=False\) to be told of any concurrent commit instead of "
             r"replaying\)",

@@ -176,7 +176,10 @@ def _setting(table: Table, setting: str) -> Any:
     "--base",
     type=click.IntRange(min=0),
     default=None,
-    help="Version of INTO to merge from (for unrelated databases).",
+    help=(
+        "Version of INTO to merge from (for unrelated databases, or a criss-cross "
+        "whose merge bases cannot be merged into one)."
+    ),
 )
 @commit_options
 def merge(
@@ -190,21 +193,9 @@ def merge(
             source, into, base=base, resolve=resolve, message=message, author=author
         )
     except merkle.errors.MergeConflictError as exc:
-        counts = ", ".join(f"{t}: {len(c)} keys" for t, c in exc.conflicts.items())  # type: ignore[arg-type]
-        tables = ", ".join(f"{t or 'metadata'} ({why})" for t, why in exc.table_conflicts.items())
-        detail = "; ".join(p for p in (counts, tables) if p)
-        whole = (
-            " (either takes that side's whole table for a table conflict, dropping the other "
-            "side's changes to it: to keep both, make the table agree on both sides first; "
-            "for a conflict of metadata or families, only that side's metadata or families, "
-            "and the rows still merge key by key)"
-            if exc.table_conflicts
-            else ""
-        )
-        raise CliError(
-            f"merge of {source!r} into {into!r} has conflicts ({detail}); nothing was committed: "
-            f"pass --resolve ours or --resolve theirs{whole}"
-        ) from None
+        from merkle.cli.mergeconflicts import conflict_line  # only when a merge conflicts
+
+        raise CliError(conflict_line(exc, source, into)) from None
     if merged.version == before:
         say(f"{into!r} already has everything of {source!r}; nothing to merge")
     else:

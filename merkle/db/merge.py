@@ -152,6 +152,7 @@ class _Merge:
             "'theirs' or a function" + self._hint(),
             {n: t for n, t in self.conflicts.items()},
             self.table_conflicts,
+            settings_conflicts=self.settings_conflicts,
         )
 
     def _hint(self) -> str:
@@ -354,7 +355,11 @@ def _names(entries: list[JournalEntry]) -> str:
 
 
 def _virtual_base(
-    conn: Connection, lineage: Lineage, bases: list[JournalEntry], depth: int
+    conn: Connection,
+    lineage: Lineage,
+    bases: list[JournalEntry],
+    depth: int,
+    merge_bases: list[JournalEntry] | None = None,
 ) -> Database:
     """The merge of several best merge bases (a criss-cross merge), uncommitted: the
     base git's recursive strategy uses. Taking any one of them instead would make the
@@ -364,7 +369,11 @@ def _virtual_base(
     The bases are merged one by one, each pair from their own merge bases (merged
     the same way when several); a conflict between them raises MergeConflictError
     asking for ``base=``: there is no base value to merge from without a choice.
+    ``merge_bases`` are the merge's own best bases (``bases`` when not nested), which
+    the error names: those are what ``base=`` chooses between.
     """
+    top = bases if merge_bases is None else merge_bases
+    pairs = [(e.db, e.version) for e in top]
     merged = conn.open_db(bases[0].db, version=bases[0].version)
     done = [bases[0]]
     for entry in bases[1:]:
@@ -377,7 +386,7 @@ def _virtual_base(
             why = f"their own merge bases nest more than {_DEPTH} criss-crosses deep"
         if why is None:
             below = (
-                _virtual_base(conn, lineage, common, depth + 1)
+                _virtual_base(conn, lineage, common, depth + 1, top)
                 if len(common) > 1
                 else conn.open_db(common[0].db, version=common[0].version)
             )
@@ -385,19 +394,24 @@ def _virtual_base(
                 merged = _Merge(below, merged, other, "fail", _names(common)).run()
             except MergeConflictError as e:
                 raise MergeConflictError(
-                    f"the merge has several best merge bases ({_names(bases)}: each side "
+                    f"the merge has several best merge bases ({_names(top)}: each side "
                     "merged the other, a criss-cross), and merging them into one base "
                     f"conflicts ({_conflict_parts(e.conflicts, e.table_conflicts)}), which "
                     "resolve= does not settle; pass base= explicitly (a Database, or a version of "
                     "the database merged into) to say which to merge from",
                     e.conflicts,
                     e.table_conflicts,
+                    settings_conflicts=e.settings_conflicts,
+                    needs_base=True,
+                    merge_bases=pairs,
                 ) from e
         if why is not None:
             raise MergeConflictError(
-                f"the merge has several best merge bases ({_names(bases)}) that cannot be "
+                f"the merge has several best merge bases ({_names(top)}) that cannot be "
                 f"merged into one: {why}; pass base= explicitly (a Database, or a version "
-                "of the database merged into) to say which to merge from"
+                "of the database merged into) to say which to merge from",
+                needs_base=True,
+                merge_bases=pairs,
             )
         done.append(entry)
     return merged
