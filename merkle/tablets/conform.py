@@ -252,6 +252,7 @@ def conform_arrow(
             if has_null(target.type):  # null inside (list<null>): the data's type there
                 learned = refined(target.type, declarable_type(field.type))
                 if learned != target.type:
+                    check_declared_type(learned, name, "the Arrow data")
                     target = target.with_type(learned)
                     new_fields.append(target)
         elif is_cbor_field(field) or (new_free and not pa.types.is_null(field.type)):
@@ -274,7 +275,7 @@ def conform_arrow(
                 array = cbor_array(name, values, lambda i: f"the record with key {key_of(i)!r}")
         else:
             check_kind_column(name, column, target.type, key_of)
-            array = fit_column(name, column, storage_type(target.type), key_of)
+            array = _fitted(name, column, target.type, key_of)
             if column.type != target.type and has_dictionary(target.type):
                 check_fits(name, array, target.type)  # Arrow of the field's type fits already
             check_inner_nulls(name, array, key_of)
@@ -284,6 +285,18 @@ def conform_arrow(
     if not partial:
         check_nullability(full, {n: a for n, (_, a) in stored.items()}, key.fields, key_of)
     return Conformed(_segment(key, key_array, codec, stored), full, codec)
+
+
+def _fitted(name: str, column: Any, kind: pa.DataType, key_of: Any) -> Any:
+    """``column`` fitted to the :func:`storage_type` of field ``name`` of type ``kind``;
+    an error names the field by ``kind`` (a dictionary), not by the storage it is fitted to."""
+    stored = storage_type(kind)
+    try:
+        return fit_column(name, column, stored, key_of)
+    except SchemaError as exc:
+        if stored == kind:
+            raise
+        raise SchemaError(str(exc).replace(f" is {stored}", f" is {kind}", 1)) from None
 
 
 def _combined(column: Any) -> pa.Array:
@@ -315,7 +328,10 @@ def _learned(field: pa.Field, name: str, values: list[Any], key_of: Any) -> pa.F
     except SchemaError:
         return field
     learned = refined(field.type, kind)
-    return field if learned == field.type else field.with_type(learned)
+    if learned == field.type:
+        return field
+    check_declared_type(learned, name, "the records")  # a dictionary of lists, say
+    return field.with_type(learned)
 
 
 def typed_names(schema: pa.Schema) -> set[str]:
