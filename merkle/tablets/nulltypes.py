@@ -16,7 +16,7 @@ A dictionary stays a dictionary: its value type is learned (plain strings or a
 dictionary of strings written to a ``dictionary<int32, null>`` field make it
 ``dictionary<int32, string>``), and its index type is kept unless the data is a
 dictionary whose index type numbers more values (a ``dictionary<int8, null>``
-field, as pandas makes of an all-None ``Categorical``, written with a
+field written with a
 ``dictionary<int16, string>`` column becomes ``dictionary<int16, string>``): the
 old index held only nulls, so no value needs it, while the data's own index may
 be needed to number its values. A value type no dictionary of merkle-db can
