@@ -54,6 +54,9 @@ def test_a_bucket_deleted_in_use_is_named_not_taken_for_damage(moto_endpoint: st
     other = merkle.connect(uri, **_options(moto_endpoint))
     db = conn.create_db("shop").create_table("t", key="k").write("t", [{"k": 1}]).commit()
     cold = other.open_db("shop")  # has read no block of the table: its read must ask S3
+    # The commit's idle writer lease goes now, not in the background 2 s on (a delete
+    # counted below when the operations took longer than that, under load).
+    conn._writer.release_idle()
     _delete_bucket(moto_endpoint, bucket)
 
     writes: list[str] = []
