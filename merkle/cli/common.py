@@ -124,13 +124,23 @@ def connection(ctx: click.Context | None = None, *, create: bool = False) -> mer
     return state.conn
 
 
+def _always_text(name: str) -> bool:
+    """Options whose values are text even when they read as numbers: credentials
+    (``aws_*``: a secret of digits, or with a leading zero, must stay as written), a
+    region and an endpoint."""
+    return name.startswith("aws_") or name in ("region_name", "endpoint_url")
+
+
 def parse_store_option(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` of ``--option``: the value as an int or float when it reads as one."""
+    """``KEY=VALUE`` of ``--option``: the value as an int or float when it reads as one
+    (except the options that are always text, :func:`_always_text`)."""
     name, sep, raw = text.partition("=")
     name = name.strip()
     if not sep or not name:
         raise click.BadParameter(f"{text!r} is not KEY=VALUE", param_hint="'--option'")
     value: Any = raw
+    if _always_text(name):
+        return name, value
     for kind in (int, float):
         try:
             value = kind(raw)

@@ -122,7 +122,8 @@ def check_text(name: str, value: object) -> None:
     TypeError for a region or a key that is a number (``-o region_name=123`` in the CLI
     makes an int)."""
     if value is not None and not isinstance(value, str):
-        raise UsageError(f"S3 option {name} must be text, got {type(value).__name__} {value!r}")
+        shown = "" if name.startswith("aws_") else f" {value!r}"  # never repeat a credential
+        raise UsageError(f"S3 option {name} must be text, got {type(value).__name__}{shown}")
 
 
 def new_client(
