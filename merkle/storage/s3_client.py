@@ -220,22 +220,39 @@ def check_framing(operation_model: Any, response_dict: dict[str, Any], **_: Any)
     ``StreamingBody`` and :func:`check_body`).
     """
     status = int(response_dict.get("status_code", 0))
-    if not 200 <= status < 300 or status == 204 or operation_model.http.get("method") == "HEAD":
+    if status == 204 or operation_model.http.get("method") == "HEAD":
         return
     headers = response_dict.get("headers") or {}
     length = headers.get("content-length")
+    body = response_dict.get("body")
+    encoded = str(headers.get("content-encoding", "identity")).lower() not in ("", "identity")
+    if not 200 <= status < 300:
+        # botocore turns a 200 whose body does not parse into a 500 to retry it (its own
+        # before-parse hook runs first): a body shorter than announced was cut on the way,
+        # whatever the status now says, and is named so, not as a server error.
+        if isinstance(body, bytes) and not encoded and len(body) < _int(length):
+            raise MalformedResponseError(
+                error=f"{operation_model.name} answered {len(body)} of {length} bytes"
+            )
+        return
     if length is None:
         if "chunked" not in str(headers.get("transfer-encoding", "")).lower():
             raise MalformedResponseError(
                 error=f"HTTP {status} to {operation_model.name} without a Content-Length"
             )
         return
-    body = response_dict.get("body")
-    encoded = str(headers.get("content-encoding", "identity")).lower() not in ("", "identity")
     if isinstance(body, bytes) and not encoded and str(len(body)) != str(length).strip():
         raise MalformedResponseError(
             error=f"{operation_model.name} answered {len(body)} of {length} bytes"
         )
+
+
+def _int(text: object) -> int:
+    """A Content-Length header as a number (-1 if it is none: never shorter than a body)."""
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        return -1
 
 
 def check_body(data: bytes, response: Mapping[str, Any], what: str) -> bytes:

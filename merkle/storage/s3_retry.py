@@ -134,10 +134,18 @@ def failure_message(
     message = f"{what} failed{tries}: {_reason(exc)}"
     if failure.code in _CREDENTIAL_CODES:
         message += "; check the credentials (boto3 chain or aws_* options) and bucket policy"
-    elif failure.code == "NotImplemented":
+    elif failure.code == "NotImplemented" and "conditional put" in what:
         message += (
             "; this S3-compatible store lacks a feature merkle needs (conditional writes "
             "with If-None-Match: AWS S3 since 2024, MinIO)"
+        )
+    elif failure.code == "NotImplemented":
+        # No condition was sent: most often the checksum headers boto3 adds since 1.36.
+        message += (
+            "; this S3-compatible store does not implement part of the request: if it "
+            "refuses the checksums boto3 sends by default, set "
+            "AWS_REQUEST_CHECKSUM_CALCULATION=when_required (and "
+            "AWS_RESPONSE_CHECKSUM_VALIDATION=when_required)"
         )
     elif type(exc).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
         message += (
