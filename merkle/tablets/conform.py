@@ -44,6 +44,7 @@ from merkle.tablets.fitcolumn import fit_column
 from merkle.tablets.freeform import in_micros, python_values
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
 from merkle.tablets.keytimes import is_naive_timestamp, naive_key_values, record_key_type
+from merkle.tablets.learnrecords import learned_field
 from merkle.tablets.nesting import check_nesting
 from merkle.tablets.nullness import check_inner_nulls, check_nullability
 from merkle.tablets.nulltypes import has_null, refined
@@ -319,21 +320,6 @@ def _extend(schema: pa.Schema, fields: Sequence[pa.Field]) -> pa.Schema:
     return pa.schema([*have, *learned.values()], metadata=schema.metadata)
 
 
-def _learned(field: pa.Field, name: str, values: list[Any], key_of: Any) -> pa.Field:
-    """``field`` with the nulls inside its type given the type ``values`` have there
-    (:func:`~merkle.tablets.nulltypes.refined`); ``field`` itself when they teach
-    nothing, or when they have no one type (they are then refused as not fitting it)."""
-    try:
-        kind = infer_type(name, values, key_of)
-    except SchemaError:
-        return field
-    learned = refined(field.type, kind)
-    if learned == field.type:
-        return field
-    check_declared_type(learned, name, "the records")  # a dictionary of lists, say
-    return field.with_type(learned)
-
-
 def typed_names(schema: pa.Schema) -> set[str]:
     """The fields of ``schema`` whose type is known: every field not of type null.
 
@@ -421,7 +407,7 @@ def conform_records(
         if name in known:
             target = schema.field(name)
             if has_null(target.type):  # null inside (list<null>): the values' type there
-                learned = _learned(target, name, values, key_of)
+                learned = learned_field(target, name, values, key_of)
                 if learned is not target:
                     target = learned
                     new_fields.append(target)

@@ -54,6 +54,8 @@ from typing import Any, SupportsInt, cast
 import numpy as np
 import pyarrow as pa
 
+from merkle.tablets.numpytimes import NUMPY_TIMES, numpy_time_count
+
 __all__ = ["exact_numbers", "is_list_like", "kind_misfit", "loss_check", "text_kind"]
 
 Check = Callable[[Any], str | None]
@@ -179,7 +181,7 @@ def _temporal_check(target: pa.DataType) -> Check:
     is_date, is_duration = pa.types.is_date(target), pa.types.is_duration(target)
 
     def check(value: Any) -> str | None:
-        if isinstance(value, _NUMBERS) and not isinstance(value, _NUMPY_TIMES):
+        if isinstance(value, _NUMBERS) and not isinstance(value, NUMPY_TIMES):
             lost = _integer_loss(value)
             if not lost and unit == "ms" and is_date and int(cast(SupportsInt, value)) % _DAY_MS:
                 lost = "it is not a whole number of days"  # date64 counts days in ms
@@ -203,10 +205,9 @@ def _temporal_check(target: pa.DataType) -> Check:
     return check
 
 
-#: The values a temporal field takes as a count of its unit (pyarrow calls ``int()``).
+#: The values a temporal field takes as a count of its unit (pyarrow calls ``int()``);
+#: numpy's times among them (a timedelta64 is a numpy integer) are not counts.
 _NUMBERS = (numbers.Number, np.bool_, uuid.UUID)
-#: numpy's own times, which are numbers to Python (timedelta64 is a numpy integer).
-_NUMPY_TIMES = (np.datetime64, np.timedelta64)
 
 
 def _struct_check(target: pa.StructType) -> Check:
@@ -444,8 +445,8 @@ def exact_numbers(target: pa.DataType) -> Convert | None:
         return _decimal_to_float(target)
     if pa.types.is_decimal(target):
         return _float_to_decimal(target)
-    if pa.types.is_timestamp(target) or pa.types.is_duration(target):
-        return _numpy_count
+    if pa.types.is_timestamp(target) or pa.types.is_duration(target) or pa.types.is_date(target):
+        return _numpy_count(target)
     if pa.types.is_struct(target):
         members = {f.name: exact_numbers(f.type) for f in target}
         if all(m is None for m in members.values()):
@@ -463,21 +464,30 @@ def exact_numbers(target: pa.DataType) -> Convert | None:
     return None
 
 
-def _numpy_count(value: Any) -> Any:
-    """A numpy integer, or a numpy float that is a whole number, as that Python int.
+def _numpy_count(target: pa.DataType) -> Convert:
+    """A numpy number or time as the Python int pyarrow takes into ``target`` (a
+    timestamp, date or duration type) as a count of its unit.
 
     pyarrow takes a Python number into a timestamp or duration type as a count of its
     unit, but refuses a numpy one (it expects a ``datetime64`` or ``timedelta64``), while
-    it takes both into a time or date type: numpy numbers are held to the rule Python's
-    are. Other values pass unchanged (a float that is not whole, for :func:`loss_check`).
+    it takes both into a time or date type: a numpy integer, or a numpy float that is a
+    whole number, is that Python int. A ``datetime64`` or ``timedelta64`` pyarrow takes
+    only into a type of its own unit, and one of days into none: it is counted in
+    ``target``'s unit exactly, or refused with the reason
+    (:func:`~merkle.tablets.numpytimes.numpy_time_count`). Other values pass unchanged
+    (a float that is not whole, for :func:`loss_check`).
     """
-    if isinstance(value, _NUMPY_TIMES):
+
+    def convert(value: Any) -> Any:
+        if isinstance(value, NUMPY_TIMES):
+            return numpy_time_count(value, target)
+        if isinstance(value, np.integer) or (
+            isinstance(value, np.floating) and float(value).is_integer()
+        ):
+            return int(value)
         return value
-    if isinstance(value, np.integer) or (
-        isinstance(value, np.floating) and float(value).is_integer()
-    ):
-        return int(value)
-    return value
+
+    return convert
 
 
 def _apply(convert: Convert | None, value: Any) -> Any:

@@ -6,8 +6,9 @@ always null, ``struct<a: null>``; a map whose values were all null; an
 all-null dictionary-encoded column, ``dictionary<int32, null>``) holds only
 values of every type there: null, an empty list, a struct whose member is
 null. A later write of values gives each such ``null`` the type its values
-have (:func:`refined`), and ``alter_schema(widen=...)`` may take it to any
-type (:func:`fills_nulls`). One rule at every depth, as for a top-level null
+have (:func:`refined`; records' values have it inferred in the field's shape,
+:mod:`merkle.tablets.learnrecords`), and ``alter_schema(widen=...)`` may take
+it to any type (:func:`fills_nulls`). One rule at every depth, as for a top-level null
 field; nothing stored changes (segments store a dictionary decoded, so a
 ``dictionary<int32, null>`` column is stored as ``null``), a read casts the old
 column to the new type.

@@ -50,19 +50,21 @@ def record_column(
     """
     stored = storage_type(declared)
     plain = plain_type(stored)
-    if nanos:
-        check_nanoseconds(name, values, plain, key_of)
-    given = prepared_values(name, values, plain, key_of)  # numpy arrays, map entries
-    misfit = kind_misfit(given, declared)
+    misfit = kind_misfit(values, declared)
     if misfit is not None:
-        raise kind_error(name, declared, given[misfit], key_of(misfit))
+        raise kind_error(name, declared, values[misfit], key_of(misfit))
     try:
+        if nanos:
+            check_nanoseconds(name, values, plain, key_of)
+        given = prepared_values(name, values, plain, key_of)  # numpy arrays, map entries
         array = typed_array(name, given, plain, key_of)
     except SchemaError as exc:
-        if plain == stored:
+        if plain == declared:
             raise
-        # the field is named by its declared type, not the storage it is built in
-        text = str(exc).replace(f" is {plain}: ", f" is {declared}: ", 1)
+        # the field is named by its declared type (a dictionary, an extension type), not
+        # the storage its values are built in
+        named = f"field {name!r} is "
+        text = str(exc).replace(named + f"{plain}", named + f"{declared}", 1)
         raise SchemaError(text) from None
     check_inner_nulls(name, array, key_of)
     if plain != stored:

@@ -30,6 +30,14 @@ from merkle.errors import IntegrityError, SchemaError
 from merkle.tablets.dicts import check_dictionaries, declarable_type
 from merkle.tablets.freeform import unknown_time_zone
 from merkle.tablets.nesting import check_nesting
+from merkle.tablets.numpytimes import (
+    NUMPY_TIMES,
+    finest_unit,
+    inferable,
+    is_nat,
+    numpy_time_kind,
+    numpy_time_type,
+)
 from merkle.tablets.segment import cbor_field, is_cbor_field
 from merkle.tablets.storedform import plain_type, served_type, storage_type
 
@@ -327,6 +335,8 @@ _KINDS: list[tuple[type | tuple[type, ...], str]] = [
 
 
 def _kind(value: Any) -> str:
+    if isinstance(value, NUMPY_TIMES):  # its item() is a date, a datetime or an int
+        return numpy_time_kind(value)
     if isinstance(value, np.generic):
         value = value.item()
     if isinstance(value, datetime.datetime):
@@ -351,8 +361,11 @@ def infer_type(name: str, values: Iterable[Any], key_of: Callable[[int], Any]) -
     aware datetime, or bytes with str, is a SchemaError naming the field, the
     keys and values that disagree, and what to do (declare the field
     schema-free, or write one type). ``key_of(i)`` is the key of row ``i``.
+    numpy's ``datetime64`` and ``timedelta64`` are typed by their unit
+    (:mod:`merkle.tablets.numpytimes`), the finest of them with Python's
+    ``datetime`` (microseconds) where they meet; ``NaT`` is None.
     """
-    present = [(i, v) for i, v in enumerate(values) if v is not None]
+    present = [(i, v) for i, v in enumerate(values) if v is not None and not is_nat(v)]
     if not present:
         return pa.null()
     first_kind: dict[str, tuple[int, Any]] = {}
@@ -368,7 +381,7 @@ def infer_type(name: str, values: Iterable[Any], key_of: Callable[[int], Any]) -
             f"or alter_schema(table, free=[{name!r}]))"
         )
     try:
-        kind = pa.array([v.item() if isinstance(v, np.generic) else v for _, v in present]).type
+        kind = _inferred([v for _, v in present])
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
         i, value = present[0]
         raise SchemaError(
@@ -378,6 +391,29 @@ def infer_type(name: str, values: Iterable[Any], key_of: Callable[[int], Any]) -
         ) from None
     check_declared_type(kind, name, "the records")
     return kind
+
+
+def _inferred(values: list[Any]) -> pa.DataType:
+    """pyarrow's type of ``values`` (none None, all of one kind), with numpy scalars
+    typed as their Python values are but numpy times, typed by their unit."""
+    dtypes = {v.dtype: v for v in values if isinstance(v, NUMPY_TIMES)}
+    if dtypes:  # one of each unit: its type is its unit's
+        kinds = [numpy_time_type(v) for v in dtypes.values()]
+        others = [v for v in values if not isinstance(v, NUMPY_TIMES)]
+        if others:
+            kinds.append(_inferred(others))
+        if pa.types.is_date(kinds[0]):
+            return pa.date32()
+        unit = finest_unit([k.unit for k in kinds])
+        return pa.timestamp(unit) if pa.types.is_timestamp(kinds[0]) else pa.duration(unit)
+    plain = [v.item() if isinstance(v, np.generic) else v for v in values]
+    try:
+        return pa.array(plain).type
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        given = [inferable(v) for v in plain]  # numpy times inside lists and dicts
+        if all(a is b for a, b in zip(given, plain, strict=True)):
+            raise
+        return pa.array(given).type
 
 
 def plain_scalars(values: list[Any]) -> bool:
