@@ -1,4 +1,8 @@
-"""``merkle scan`` and ``merkle get``: read records, in any output format."""
+"""``merkle scan`` and ``merkle get``: read records, in any output format.
+
+Both read with :func:`~merkle.tablets.nanotext.nanos_as_text`: a time with
+nanoseconds is printed as its exact ISO text, which ``merkle load`` reads back.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from merkle.cli.common import (
 )
 from merkle.cli.keys import parse_key, parse_keys
 from merkle.cli.output import cell, emit_rows, format_option
+from merkle.tablets.nanotext import nanos_as_text
 
 __all__ = ["get", "scan"]
 
@@ -90,7 +95,8 @@ def scan(
         limit=limit,
         reverse=reverse,
     )
-    emit_rows(records, fmt, columns=[*key_fields, *(names or ())])
+    with nanos_as_text():  # records are made as they are printed
+        emit_rows(records, fmt, columns=[*key_fields, *(names or ())])
 
 
 #: An argument that starts like a negative number: ``-7``, ``-2.5``, ``-.5``, ``-1e3``, ``-inf``.
@@ -168,7 +174,8 @@ def get(
     database = open_db(db, version, at)
     key_fields, spec = _table_key(database, db, table, names)
     wanted = list(dict.fromkeys(parse_keys(keys, spec)))
-    found = database.get_records(table, wanted, fields=names)
+    with nanos_as_text():
+        found = database.get_records(table, wanted, fields=names)
     emit_rows(
         (found[key] for key in wanted if key in found),
         fmt,

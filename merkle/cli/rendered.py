@@ -64,8 +64,9 @@ _INFINITY = r"^[+-]?(inf|infinity)$"
 _HEX = re.compile(r"(?:0[xX])?((?:[0-9a-fA-F]{2})*)")
 #: What a time unit coarser than Python's microseconds holds.
 _UNITS = {"s": " (whole seconds)", "ms": " (whole milliseconds)"}
-#: ``str(timedelta)``: ``0:00:05``, ``1 day, 0:00:05.000003``, ``-2 days, 23:00:00``.
-_DURATION = re.compile(r"(?:(-?\d+) days?, )?(\d+):([0-5]\d):([0-5]\d)(?:\.(\d{6}))?")
+#: ``str(timedelta)``: ``0:00:05``, ``1 day, 0:00:05.000003``, ``-2 days, 23:00:00``; or a
+#: ``duration[ns]`` as ``merkle scan`` writes one with nanoseconds: ``0:00:00.000000001``.
+_DURATION = re.compile(r"(?:(-?\d+) days?, )?(\d+):([0-5]\d):([0-5]\d)(?:\.(\d{6}|\d{9}))?")
 
 
 class BadValueError(UsageError):
@@ -262,25 +263,23 @@ def _from_decimal(value: Any, kind: pa.DataType) -> decimal.Decimal:
     return number
 
 
-#: A duration's count of its unit per microsecond (ns), or microseconds per unit.
-_PER_MICRO = {"ns": 1000, "us": 1}
-_MICROS_PER = {"ms": 1000, "s": 1_000_000}
+#: A duration unit's nanoseconds.
+_NANOS_PER = {"ns": 1, "us": 1000, "ms": 1_000_000, "s": 1_000_000_000}
 
 
 def _from_duration(value: Any, kind: pa.DataType) -> int:
-    """A duration as ``str(timedelta)`` writes it, as the count of ``kind``'s unit that
-    the field stores. pyarrow's own conversion of a ``timedelta`` overflows near the ends
-    of int64 (the least ``duration[us]``, ``-106751992 days, 19:59:05.224193``), and cuts
-    a fraction of a second finer than the unit without a word: this neither."""
+    """A duration as ``str(timedelta)`` writes it (or with nine digits of a second, as
+    ``merkle scan`` writes a ``duration[ns]``), as the count of ``kind``'s unit that the
+    field stores. pyarrow's own conversion of a ``timedelta`` overflows near the ends of
+    int64 (the least ``duration[us]``, ``-106751992 days, 19:59:05.224193``), and cuts a
+    fraction of a second finer than the unit without a word: this neither."""
     match = _DURATION.fullmatch(_text(value, kind).strip())
     if match is None:
         raise _fail(kind, value)
-    days, hours, minutes, seconds, micros = match.groups()
+    days, hours, minutes, seconds, fraction = match.groups()
     whole = ((int(days or 0) * 24 + int(hours)) * 60 + int(minutes)) * 60 + int(seconds)
-    count = whole * 1_000_000 + int(micros or 0)
-    if kind.unit in _PER_MICRO:
-        return count * _PER_MICRO[kind.unit]
-    step = _MICROS_PER[kind.unit]
+    count = whole * 1_000_000_000 + int((fraction or "0").ljust(9, "0"))
+    step = _NANOS_PER[kind.unit]
     if count % step:
         raise BadValueError(
             f"has a fraction of a second finer than the field's unit ({kind.unit}): "

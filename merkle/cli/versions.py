@@ -23,6 +23,7 @@ from merkle.cli.common import (
     say,
 )
 from merkle.cli.output import emit_rows, format_option
+from merkle.tablets.nanotext import nanos_as_text
 
 if TYPE_CHECKING:
     from merkle.db.diff import TableDiff
@@ -110,7 +111,8 @@ def diff(
 
     # Every row has exactly these columns, so csv streams as json and jsonl do.
     columns = ["table", "key", "change", "old", "new"]
-    emit_rows(records(), fmt, columns=columns, fixed=True)
+    with nanos_as_text():  # a time with nanoseconds as its exact text, as scan prints it
+        emit_rows(records(), fmt, columns=columns, fixed=True)
 
 
 def _status(table: TableDiff) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from merkle.db.inputs import same_value
 from merkle.db.upserts import MATCHED, NOT_MATCHED, upserted_records
 from merkle.db.upserts import merged_record as _merged
 from merkle.db.upserts import normal_key as _normal
@@ -50,7 +51,7 @@ def update_patches(
     record are dropped at commit. For a table from before schemas (records
     merged one by one) use :func:`updated_rows`.
     """
-    _check_changes(table, changes)
+    changes = _checked_changes(table, changes)
     codec = table.codec
     if codec is None or not changes:
         return None
@@ -158,7 +159,7 @@ def updated_rows(
     of None removes the field. Vectorised: the changes become Arrow columns
     that replace the current ones where a record names the field.
     """
-    _check_changes(table, changes)
+    changes = _checked_changes(table, changes)
     codec = table.codec
     if codec is None or not changes:
         return None
@@ -217,21 +218,42 @@ def _normalised(
     return [(_normal(table, k), f) for k, f in changes.items()]
 
 
-def _check_changes(table: Table, changes: Any) -> None:
+def _checked_changes(table: Table, changes: Any) -> Mapping[Any, Mapping[str, Any]]:
+    """``changes`` checked, without the key fields a change names with its own key's value.
+
+    A change may name a key field (as ``write``'s key -> dict form may) when the value
+    agrees with the key it is under: it changes nothing and is left out. A value that
+    differs would move the record, which an update cannot: a UsageError saying so."""
     if not isinstance(changes, Mapping):
         raise UsageError(
             f"update takes a mapping key -> {{field: value}}, got {type(changes).__name__}"
         )
-    key_fields = table.key.fields
+    key = table.key
+    out: dict[Any, Mapping[str, Any]] = {}
+    dropped = False
     for value, fields in changes.items():
         if not isinstance(fields, Mapping):
             raise UsageError(f"update of key {value!r}: the changes must be a dict of fields")
-        touched = [name for name in key_fields if name in fields]
-        if touched:
+        if key.composite and (not isinstance(value, tuple | list) or len(value) != len(key.fields)):
             raise UsageError(
-                f"update of key {value!r} changes the key field {sorted(touched)[0]!r}: "
-                "delete the record and write it under its new key instead"
+                f"update of key {value!r}: the key {list(key.fields)} needs a tuple of "
+                f"{len(key.fields)} values"
             )
+        parts = (
+            dict(zip(key.fields, value, strict=True)) if key.composite else {key.fields[0]: value}
+        )
+        for name, part in parts.items():
+            if name in fields and not same_value(fields[name], part):
+                raise UsageError(
+                    f"update of key {value!r} sets the key field {name!r} to {fields[name]!r}, "
+                    "another key: an update cannot move a record; delete it and write it under "
+                    "its new key instead"
+                )
+        if any(name in fields for name in parts):
+            fields = {name: item for name, item in fields.items() if name not in parts}
+            dropped = True
+        out[value] = fields
+    return out if dropped else changes
 
 
 def deleted_keys(table: Table, predicate: Any) -> list[Any]:

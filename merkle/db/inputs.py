@@ -48,6 +48,7 @@ __all__ = [
     "check_table_name",
     "is_arrow_like",
     "once_readable",
+    "same_value",
 ]
 
 
@@ -133,14 +134,9 @@ def as_rows(
             raise UsageError(
                 f"record {i} for table {table!r} is a {type(record).__name__}, not a dict"
             )
-        value = key.key_of(record)
-        if value is None or (key.composite and any(part is None for part in value)):
-            what = (
-                f"the key fields {list(key.fields)}"
-                if key.composite
-                else f"the key field {key.fields[0]!r}"
-            )
-            raise UsageError(f"record {i} for table {table!r} has no value for {what}")
+        missing = key.missing(record)
+        if missing is not None:
+            raise UsageError(f"record {i} for table {table!r} has no value for {missing}")
     return listed
 
 
@@ -156,14 +152,14 @@ def _key_fields(key: KeyLayout, value: Any, record: Mapping[str, Any]) -> dict[s
     else:
         parts = {key.fields[0]: value}
     for name, part in parts.items():
-        if name in record and not _same(record[name], part):
+        if name in record and not same_value(record[name], part):
             raise UsageError(
                 f"record under key {value!r} holds {name}={record[name]!r}: the two must agree"
             )
     return parts
 
 
-def _same(a: Any, b: Any) -> bool:
+def same_value(a: Any, b: Any) -> bool:
     """Whether two key values are equal; a comparison that raises or gives no plain bool
     (a numpy array, an object with an odd ``__eq__``) counts as different."""
     try:
@@ -453,7 +449,7 @@ def check_resolved(
         dict(zip(layout.fields, key, strict=True)) if layout.composite else {layout.fields[0]: key}
     )
     for name, part in parts.items():
-        if name in chosen and not _same(chosen[name], part):
+        if name in chosen and not same_value(chosen[name], part):
             raise UsageError(
                 f"the merge resolver returned a record with {name}={chosen[name]!r} for the "
                 f"conflict on key {key!r} of table {table!r}: a resolver cannot change the "

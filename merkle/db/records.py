@@ -33,6 +33,16 @@ else:
 __all__ = ["RecordOps"]
 
 
+def _hashable(value: Any) -> bool:
+    """Whether ``value`` can be a dict key (a list, the other form of a composite key,
+    cannot)."""
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
 class RecordOps:
     """Partial and conditional writes and the reads (mixed into ``Database``)."""
 
@@ -174,13 +184,34 @@ class RecordOps:
     def get_records(
         self, table: str, keys: Iterable[Any], fields: Sequence[str] | None = None
     ) -> dict[Any, dict[str, Any]]:
-        """``{key: record}`` for the keys that exist (with the key field and ``fields``)."""
+        """``{key: record}`` for the keys that exist (with the key field and ``fields``),
+        in the order given.
+
+        Each record is keyed by the key as the caller gave it, so ``found[key]`` finds
+        it: a key the codec takes in several forms (a naive or an aware datetime for a
+        timestamp key, a numpy int) would not always equal the record's own key value
+        (a naive key field reads back naive). A key that cannot be a dict key (a list
+        for a composite key) is keyed by the record's key (a tuple)."""
         keys = check_keys(keys, table)
         current = self._table(table)
         fields = self._read_fields(current, table, fields)
-        rows = current.get(keys, fields)
+        codec = current.codec
+        if codec is None or not keys:
+            return {}
+        encoded = [codec.encode(key) for key in keys]
+        rows = current.get_encoded(sorted(set(encoded)), fields)
+        records = self._records(current, rows, fields)
+        if not records:
+            return {}
+        column = rows.column(current.root.key_field)
+        by_encoded = dict(zip(codec.encode_array(column).to_pylist(), records, strict=True))
         key_of = current.key.key_of
-        return {key_of(rec): rec for rec in self._records(current, rows, fields)}
+        found: dict[Any, dict[str, Any]] = {}
+        for key, data in zip(keys, encoded, strict=True):
+            record = by_encoded.get(data)
+            if record is not None:
+                found[key if _hashable(key) else key_of(record)] = record
+        return found
 
     def get_arrow(
         self, table: str, keys: Iterable[Any], fields: Sequence[str] | None = None

@@ -45,6 +45,7 @@ from merkle.tablets.freeform import in_micros, python_values
 from merkle.tablets.keys import KeyCodec, infer_key_codec, infer_key_codec_arrow, key_codec
 from merkle.tablets.keytimes import is_naive_timestamp, naive_key_values, record_key_type
 from merkle.tablets.learnrecords import learned_field
+from merkle.tablets.nanotext import nanos_texts
 from merkle.tablets.nesting import check_nesting
 from merkle.tablets.nullness import check_inner_nulls, check_nullability
 from merkle.tablets.nulltypes import has_null, refined
@@ -109,6 +110,13 @@ class KeyLayout:
         if self.composite:
             return tuple(record.get(name) for name in self.fields)
         return record.get(self.fields[0])
+
+    def missing(self, record: Mapping[str, Any]) -> str | None:
+        """The key fields ``record`` lacks, as errors name them ("the key field 'seq'")."""
+        names = [name for name in self.fields if record.get(name) is None]
+        if not names:
+            return None
+        return f"the key field {names[0]!r}" if len(names) == 1 else f"the key fields {names}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,13 +368,12 @@ def conform_records(
                 f"record {position} is of type {type(record).__name__}, not a mapping: "
                 "write dicts of field name -> value"
             )
-        value = key.key_of(record)
-        if value is None or (key.composite and any(v is None for v in value)):
+        missing = key.missing(record)
+        if missing is not None:
             raise UsageError(
-                f"record {position} has no value for the key {_key_label(key)}: "
-                "every record needs its primary key"
+                f"record {position} has no value for {missing}: every record needs its primary key"
             )
-        keys.append(value)
+        keys.append(key.key_of(record))
         for name, item in record.items():
             if name in key.fields:
                 first_seen.setdefault(name, len(first_seen))
@@ -523,8 +530,12 @@ def present_records(
                 values = naive_key_values(raw.column(key.column), index, key.composite)
         elif name in held:
             # Records need no dictionary encoding: the storage type gives the same values.
-            column = in_micros(restore_column(raw.column(name), storage_type(field.type)), name)
-            if is_free(field):
+            column = restore_column(raw.column(name), storage_type(field.type))
+            texts = nanos_texts(column)  # nanoseconds as the command line shows them
+            column = column if texts is not None else in_micros(column, name)
+            if texts is not None:
+                values = texts
+            elif is_free(field):
                 values = column_values(
                     pa.table([column], schema=pa.schema([field.with_type(column.type)])), name
                 )

@@ -18,7 +18,14 @@ import pyarrow as pa
 
 from merkle.errors import UsageError
 
-__all__ = ["FREE_NANOS", "READ_AS_ARROW", "holds_nanos", "in_micros", "micros_type"]
+__all__ = [
+    "FREE_NANOS",
+    "READ_AS_ARROW",
+    "holds_nanos",
+    "in_micros",
+    "micros_type",
+    "ticks_type",
+]
 
 #: What to do about a value with nanoseconds, when records are read.
 READ_AS_ARROW = "read it as Arrow (to_arrow, to_batches, get_arrow), where every nanosecond is kept"
@@ -62,13 +69,29 @@ def micros_type(kind: pa.DataType) -> pa.DataType | None:
     """``kind`` with every nanosecond time unit in it (nested ones too) made microseconds;
     None when it holds none, or holds one inside a type this cannot rebuild (a union, an
     extension type: see :func:`holds_nanos`)."""
+    return _rebuilt(kind, _micros_leaf)
+
+
+def ticks_type(kind: pa.DataType) -> pa.DataType | None:
+    """``kind`` with every nanosecond time type in it (nested ones too) made ``int64``, the
+    ticks it stores (a cast to it keeps every nanosecond); None as :func:`micros_type`."""
+    return _rebuilt(kind, lambda _: pa.int64())
+
+
+def _micros_leaf(kind: pa.DataType) -> pa.DataType:
+    if pa.types.is_timestamp(kind):
+        return pa.timestamp("us", kind.tz)
+    return pa.time64("us") if pa.types.is_time64(kind) else pa.duration("us")
+
+
+def _rebuilt(kind: pa.DataType, leaf: Callable[[pa.DataType], pa.DataType]) -> pa.DataType | None:
+    """``kind`` with each nanosecond time type in it replaced by ``leaf`` of it; None when
+    it holds none, or holds one inside a type this cannot rebuild."""
     types = pa.types
     if _is_nanos(kind):
-        if types.is_timestamp(kind):
-            return pa.timestamp("us", kind.tz)
-        return pa.time64("us") if types.is_time64(kind) else pa.duration("us")
+        return leaf(kind)
     if any(test(kind) for test in _LISTS):
-        inner = micros_type(kind.value_type)
+        inner = _rebuilt(kind.value_type, leaf)
         if inner is None:
             return None
         field = kind.value_field.with_type(inner)
@@ -80,7 +103,7 @@ def micros_type(kind: pa.DataType) -> pa.DataType | None:
             return pa.large_list_view(field)
         return pa.large_list(field) if types.is_large_list(kind) else pa.list_(field)
     if types.is_map(kind):
-        key, item = micros_type(kind.key_type), micros_type(kind.item_type)
+        key, item = _rebuilt(kind.key_type, leaf), _rebuilt(kind.item_type, leaf)
         if key is None and item is None:
             return None
         return pa.map_(
@@ -90,14 +113,14 @@ def micros_type(kind: pa.DataType) -> pa.DataType | None:
         )
     if types.is_struct(kind):
         fields = [kind.field(i) for i in range(kind.num_fields)]
-        inner_types = [micros_type(f.type) for f in fields]
+        inner_types = [_rebuilt(f.type, leaf) for f in fields]
         if all(t is None for t in inner_types):
             return None
         return pa.struct(
             [f if t is None else f.with_type(t) for f, t in zip(fields, inner_types, strict=True)]
         )
     if types.is_dictionary(kind):
-        value = micros_type(kind.value_type)
+        value = _rebuilt(kind.value_type, leaf)
         return None if value is None else pa.dictionary(kind.index_type, value, kind.ordered)
     return None
 
