@@ -9,8 +9,10 @@ with these rules:
   and a decimal of negative scale become the ``decimal128`` Polars holds; a
   view (``string_view``, ``binary_view``) or an extension type (``uuid``) inside
   a list, struct or map becomes the plain type pandas takes (a uuid there is
-  its 16 bytes, as pyarrow gives a uuid inside a struct). Nothing is converted
-  that would change a value.
+  its 16 bytes, as pyarrow gives a uuid inside a struct). A ``bool8``, at the
+  top or inside, is read as ``bool`` (True and False, as records read it), not
+  as the ``int8`` numbers pyarrow gives, which a write refuses for it. Nothing
+  is converted that would change a value.
 - Any other value the library cannot convert (a union, a time to the
   nanosecond or a date past year 9999 in pandas, a time zone Polars does not
   know) is a UsageError naming each such field and the library's reason, and
@@ -50,7 +52,7 @@ def to_pandas(arrow: pa.Table) -> Any:
     for field in arrow.schema:  # pandas needs each zone: a raw pytz error otherwise
         check_zones(field.type, field.name)
     stored = arrow.schema
-    arrow = _cast(arrow, [_rebuild(field.type, _pandas_inner) for field in stored])
+    arrow = _cast(arrow, [_pandas_top(field.type) for field in stored])
 
     def convert(part: pa.Table) -> Any:
         return _pandas_frame(pandas, part)
@@ -78,11 +80,28 @@ def _pandas_frame(pandas: Any, arrow: pa.Table) -> Any:
     return frame
 
 
+def _pandas_top(kind: pa.DataType) -> pa.DataType:
+    """``kind``, a field's type, as it is converted to pandas: a ``bool8`` as ``bool``
+    (pyarrow gives its ``int8`` storage numbers, but its values are True and False, as
+    every other read gives them and as a write takes them), and the types inside a
+    list, struct or map as :func:`_pandas_inner` makes them."""
+    if _is_bool8(kind):
+        return pa.bool_()
+    return _rebuild(kind, _pandas_inner)
+
+
+def _is_bool8(kind: pa.DataType) -> bool:
+    return isinstance(kind, pa.BaseExtensionType) and kind.extension_name == "arrow.bool8"
+
+
 def _pandas_inner(kind: pa.DataType) -> pa.DataType:
     """``kind``, a type inside a list, struct or map, as pyarrow converts it to pandas:
     an extension type as its storage (pyarrow refuses one inside a list, and gives one
-    inside a struct as its storage), a view and a fixed-size binary as the plain type
-    (refused inside a list; the same ``str`` and ``bytes`` values)."""
+    inside a struct as its storage) but a ``bool8`` as ``bool`` (see :func:`_pandas_top`),
+    a view and a fixed-size binary as the plain type (refused inside a list; the same
+    ``str`` and ``bytes`` values)."""
+    if _is_bool8(kind):
+        return pa.bool_()
     if isinstance(kind, pa.BaseExtensionType):
         return _pandas_inner(kind.storage_type)
     if pa.types.is_string_view(kind):

@@ -9,11 +9,14 @@ by column after it fails (a column of mixed values).
 
 A column that Arrow cannot type by itself, or types as another type, may still
 fit the table's own field: ``to_pandas`` gives a map field as lists of ``(key,
-value)`` tuples, which no inference reads as a map, and a uuid inside a list as
-its 16 bytes, which inference reads as binary. Such a column is converted to the field's type as
-records are (:func:`~merkle.tablets.fitcolumn.typed_array`: a value the type
-would cut or round is a SchemaError, never stored changed), so ``to_pandas``
-then ``write`` stores what it read.
+value)`` tuples, which no inference reads as a map, a uuid inside a list as
+its 16 bytes, which inference reads as binary, and a field of an extension type
+as pandas holds its values (a ``json_`` as ``str``, read as string; a ``bool8``
+as ``bool``; a tensor as numpy arrays, read as a list). Such a column is
+converted to the field's type as records are
+(:func:`~merkle.tablets.fitcolumn.typed_array`: a value the type would cut or
+round is a SchemaError, never stored changed), so ``to_pandas`` then ``write``
+stores what it read.
 
 The index: a named index level is data and becomes a field (after the
 columns); an unnamed one is dropped. A named level that has a column's name is
@@ -34,6 +37,7 @@ from merkle.tablets.conform import KeyLayout
 from merkle.tablets.fitcolumn import typed_array
 from merkle.tablets.recordcolumn import record_column
 from merkle.tablets.schema import is_free
+from merkle.tablets.storedform import plain_type, storage_type
 
 __all__ = ["pandas_table"]
 
@@ -72,31 +76,54 @@ def pandas_table(
     return _by_column(data, columns, schema, key, table, typed)
 
 
-def _inferred_wrongly(kind: pa.DataType, *, top: bool = True) -> bool:
+def _inferred_wrongly(kind: pa.DataType) -> bool:
     """Whether inference may type a ``to_pandas`` column of ``kind`` as another type: a
     map (lists of ``(key, value)`` tuples read as lists of lists where Arrow can type the
-    entries), or an extension type inside a list, struct or map (its storage values:
-    a nested uuid's 16 bytes read as binary)."""
-    if pa.types.is_map(kind) or (not top and isinstance(kind, pa.BaseExtensionType)):
+    entries), or an extension type at any depth (its values as pandas holds them: a
+    ``json_`` as ``str`` read as string, a ``bool8`` as ``bool``, a tensor as numpy
+    arrays read as a list, a nested uuid's 16 bytes read as binary)."""
+    if pa.types.is_map(kind) or isinstance(kind, pa.BaseExtensionType):
         return True
-    return any(_inferred_wrongly(kind.field(i).type, top=False) for i in range(kind.num_fields))
+    return any(_inferred_wrongly(kind.field(i).type) for i in range(kind.num_fields))
 
 
 def _field_typed_columns(
     data: Any, columns: Sequence[Hashable], schema: pa.Schema | None
 ) -> set[str]:
-    """The object columns whose fields :func:`_inferred_wrongly` holds: they always take
-    the field's type (as records do), never inference's."""
+    """The columns whose fields :func:`_inferred_wrongly` holds: they always take the
+    field's type (as records do), never inference's. Only object columns, but for a
+    field of an extension type, which pandas may hold in a column of any dtype (a
+    ``bool8`` as ``bool``, an extension of ``int64`` storage as ``int64``)."""
     if schema is None:
         return set()
     typed = set()
     for name in columns:
         label = _label(name)
-        if label in schema.names and data[name].dtype == object:
-            field = schema.field(label)
-            if not is_free(field) and _inferred_wrongly(field.type):
-                typed.add(label)
+        if label not in schema.names:
+            continue
+        field = schema.field(label)
+        if is_free(field) or not _inferred_wrongly(field.type):
+            continue
+        if data[name].dtype == object or isinstance(field.type, pa.BaseExtensionType):
+            typed.add(label)
     return typed
+
+
+def _as_inferred(series: Any, kind: pa.DataType) -> pa.Array | None:
+    """``series`` as Arrow infers it, in ``kind`` (an extension type) when inference gives
+    ``kind`` itself (a uuid column: ``UUID`` objects) or the type records of ``kind`` are
+    built in (``str`` of a ``json_``, ``bool`` of a ``bool8``), which becomes ``kind``
+    without a value changing; None otherwise (converted as records are, checked)."""
+    try:
+        array = pa.array(series, from_pandas=True)
+    except _ARROW_FAILURES:
+        return None
+    stored = storage_type(kind)
+    if array.type == stored:
+        return array
+    if array.type == plain_type(stored):
+        return array.cast(stored)
+    return None
 
 
 def _label(name: Hashable) -> str:
@@ -226,6 +253,11 @@ def _by_column(
                 f"column {label!r} of the DataFrame written to table {table!r} cannot be "
                 f"converted to Arrow ({failure}): {way}"
             )
+        if label in typed and isinstance(field.type, pa.BaseExtensionType):
+            inferred = _as_inferred(series, field.type)
+            if inferred is not None:
+                arrays.append(inferred)
+                continue
         values = series.astype(object).where(series.notna(), None).tolist()
         try:
             if label in typed:  # built as records are: extension types inside too

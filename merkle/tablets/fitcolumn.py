@@ -7,7 +7,10 @@ and Arrow's checked cast agrees (a decimal beyond the field's precision, or
 -1 into uint64, survives the unchecked round trip but is no fit). The rows
 are compared by Arrow kernels (:mod:`merkle.tablets.fitexact`), which also hold
 a decimal and a float to being the same number: ``Decimal("0.1")`` comes back
-from float32 as 0.1, but float32 holds only 0.10000000149....
+from float32 as 0.1, but float32 holds only 0.10000000149.... A timestamp column
+fits a date field when every value is a midnight, as a ``datetime`` does; a
+column holding a list view (or into one) is converted value by value, as Arrow
+casts no list into a view and a view into a list wrongly.
 :func:`typed_array` takes Python values (records, or a column no cast kernel
 converts exactly) and checks each with :func:`~merkle.tablets.fits.loss_check`,
 since pyarrow would cut or round some without a word; a ``Decimal`` in a float
@@ -69,6 +72,8 @@ def fit_column(
     if pa.types.is_null(source):
         return pa.nulls(len(column), target)
     place = _Place(name, target, key_of, key_field)
+    if pa.types.is_timestamp(source) and pa.types.is_date(target):
+        return _timestamps_as_dates(column, target, place)
     if _family_mismatch(source, target):
         position = _first_valid(column)
         raise SchemaError(
@@ -76,6 +81,10 @@ def fit_column(
             + _where(column, position, place)
             + f": {place.other_kind()}"
         )
+    if _holds_list_view(source) or _holds_list_view(target):
+        # Arrow casts no list into a list view (nor a view into another), and a list view
+        # into a list it casts to an invalid array: each value is converted as a record's is
+        return typed_array(name, _python_values(column, place), target, key_of, key_field=key_field)
     try:
         candidate = column.cast(target, safe=False)
         back = candidate.cast(source, safe=False)
@@ -112,6 +121,51 @@ def fit_column(
     if not checked:
         _refuse_unchecked(column, target, place)
     return candidate
+
+
+def _timestamps_as_dates(
+    column: pa.Array | pa.ChunkedArray, target: pa.DataType, place: _Place
+) -> pa.Array | pa.ChunkedArray:
+    """A timestamp ``column`` as ``target``, a date type, when every value is a midnight;
+    SchemaError naming the first value with a time of day, which a date would drop (as a
+    record's ``datetime`` is refused: :func:`~merkle.tablets.fits.loss_check`).
+
+    A timestamp with a zone is taken at its wall time in that zone, as an aware
+    ``datetime`` is (2024-04-30 22:00 UTC in a ``Europe/Paris`` column is 2024-05-01,
+    a midnight there). Arrow's cast to a date drops a time of day without a word, even
+    checked, so the days are cast back and compared with the wall times.
+    """
+    try:
+        wall = pc.local_timestamp(column) if column.type.tz else column
+        days = wall.cast(pa.date32())
+        moved = pc.fill_null(pc.not_equal(days.cast(wall.type), wall), False)
+    except pa.ArrowInvalid as exc:  # a wall time past a timestamp's range
+        position = _first_valid(column) or 0
+        raise place.misfit(row_text(column, position), position, exc) from None
+    if pc.any(moved).as_py():
+        position = int(pc.index(moved, True).as_py())
+        ticks = wall.slice(position, 1).cast(pa.int64())[0].as_py()
+        if ticks % _TICKS_PER_DAY[wall.type.unit]:
+            reason = "it has a time of day, which a date drops"
+        else:  # a midnight whose day count wraps around in date32
+            reason = f"its day is outside the range of {target}"
+        raise place.misfit(row_text(column, position), position, reason)
+    return days.cast(target)
+
+
+#: A day in each timestamp unit.
+_TICKS_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
+
+
+def _holds_list_view(kind: pa.DataType) -> bool:
+    """Whether ``kind`` is, or holds at any depth, a ``list_view`` or ``large_list_view``."""
+    if pa.types.is_list_view(kind) or pa.types.is_large_list_view(kind):
+        return True
+    if pa.types.is_dictionary(kind):
+        return _holds_list_view(kind.value_type)
+    if isinstance(kind, pa.BaseExtensionType):
+        return _holds_list_view(kind.storage_type)
+    return any(_holds_list_view(kind.field(i).type) for i in range(kind.num_fields))
 
 
 def _python_values(column: pa.Array | pa.ChunkedArray, place: _Place) -> list[Any]:

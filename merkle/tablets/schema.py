@@ -277,8 +277,10 @@ def type_family(kind: pa.DataType) -> str:
     """The family of a type: values convert exactly only within one family.
 
     Integers, floats and decimals are ``number``; string types ``string``;
-    binary types ``binary``; and so on. A string never becomes a number
-    (``"12"`` into an int field is a SchemaError, not 12).
+    binary types ``binary``; list types ``list`` (views too: a ``list_view``
+    holds a ``list``'s values, as a ``string_view`` holds a ``string``'s); and so
+    on. A string never becomes a number (``"12"`` into an int field is a
+    SchemaError, not 12).
     """
     types = pa.types
     checks: list[tuple[Callable[[pa.DataType], bool], str]] = [
@@ -305,7 +307,13 @@ def type_family(kind: pa.DataType) -> str:
         (types.is_struct, "struct"),
         (types.is_map, "map"),
         (
-            lambda k: types.is_list(k) or types.is_large_list(k) or types.is_fixed_size_list(k),
+            lambda k: (
+                types.is_list(k)
+                or types.is_large_list(k)
+                or types.is_fixed_size_list(k)
+                or types.is_list_view(k)
+                or types.is_large_list_view(k)
+            ),
             "list",
         ),
         (types.is_null, "null"),
