@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from merkle.db.inputs import same_value
+from merkle.db.inputs import disagreeing_field, key_parts
 from merkle.db.upserts import MATCHED, NOT_MATCHED, upserted_records
 from merkle.db.upserts import merged_record as _merged
 from merkle.db.upserts import normal_key as _normal
@@ -234,21 +234,14 @@ def _checked_changes(table: Table, changes: Any) -> Mapping[Any, Mapping[str, An
     for value, fields in changes.items():
         if not isinstance(fields, Mapping):
             raise UsageError(f"update of key {value!r}: the changes must be a dict of fields")
-        if key.composite and (not isinstance(value, tuple | list) or len(value) != len(key.fields)):
+        parts = key_parts(key, value, f"update of key {value!r}")
+        name = disagreeing_field(parts, fields)
+        if name is not None:
             raise UsageError(
-                f"update of key {value!r}: the key {list(key.fields)} needs a tuple of "
-                f"{len(key.fields)} values"
+                f"update of key {value!r} sets the key field {name!r} to {fields[name]!r}, "
+                "another key: an update cannot move a record; delete it and write it under "
+                "its new key instead"
             )
-        parts = (
-            dict(zip(key.fields, value, strict=True)) if key.composite else {key.fields[0]: value}
-        )
-        for name, part in parts.items():
-            if name in fields and not same_value(fields[name], part):
-                raise UsageError(
-                    f"update of key {value!r} sets the key field {name!r} to {fields[name]!r}, "
-                    "another key: an update cannot move a record; delete it and write it under "
-                    "its new key instead"
-                )
         if any(name in fields for name in parts):
             fields = {name: item for name, item in fields.items() if name not in parts}
             dropped = True

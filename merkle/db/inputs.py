@@ -46,7 +46,9 @@ __all__ = [
     "check_resolved",
     "check_schema_change",
     "check_table_name",
+    "disagreeing_field",
     "is_arrow_like",
+    "key_parts",
     "once_readable",
     "same_value",
 ]
@@ -142,21 +144,33 @@ def as_rows(
 
 def _key_fields(key: KeyLayout, value: Any, record: Mapping[str, Any]) -> dict[str, Any]:
     """The key fields a record under ``value`` holds (checked against what it already holds)."""
-    if key.composite:
-        if not isinstance(value, tuple | list) or len(value) != len(key.fields):
-            raise UsageError(
-                f"a record keyed by {value!r}: the key {list(key.fields)} needs a tuple of "
-                f"{len(key.fields)} values"
-            )
-        parts = dict(zip(key.fields, value, strict=True))
-    else:
-        parts = {key.fields[0]: value}
+    parts = key_parts(key, value, f"a record keyed by {value!r}")
+    name = disagreeing_field(parts, record)
+    if name is not None:
+        raise UsageError(
+            f"record under key {value!r} holds {name}={record[name]!r}: the two must agree"
+        )
+    return parts
+
+
+def key_parts(key: KeyLayout, value: Any, what: str) -> dict[str, Any]:
+    """The key fields of key ``value`` by name; a composite key that is not a tuple (or
+    list) of as many values is a UsageError starting with ``what``."""
+    if not key.composite:
+        return {key.fields[0]: value}
+    if not isinstance(value, tuple | list) or len(value) != len(key.fields):
+        raise UsageError(
+            f"{what}: the key {list(key.fields)} needs a tuple of {len(key.fields)} values"
+        )
+    return dict(zip(key.fields, value, strict=True))
+
+
+def disagreeing_field(parts: Mapping[str, Any], record: Mapping[str, Any]) -> str | None:
+    """The first key field ``record`` names with a value other than its key's own."""
     for name, part in parts.items():
         if name in record and not same_value(record[name], part):
-            raise UsageError(
-                f"record under key {value!r} holds {name}={record[name]!r}: the two must agree"
-            )
-    return parts
+            return name
+    return None
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -445,14 +459,12 @@ def check_resolved(
             f"the merge resolver returned {type(chosen).__name__} {chosen!r} for key {key!r} "
             f"of table {table!r}: return a record (a dict), or None to delete the record"
         )
-    parts = (
-        dict(zip(layout.fields, key, strict=True)) if layout.composite else {layout.fields[0]: key}
-    )
-    for name, part in parts.items():
-        if name in chosen and not same_value(chosen[name], part):
-            raise UsageError(
-                f"the merge resolver returned a record with {name}={chosen[name]!r} for the "
-                f"conflict on key {key!r} of table {table!r}: a resolver cannot change the "
-                "key; return the record under its own key (or None to delete it)"
-            )
+    parts = key_parts(layout, key, f"the conflict on key {key!r} of table {table!r}")
+    name = disagreeing_field(parts, chosen)
+    if name is not None:
+        raise UsageError(
+            f"the merge resolver returned a record with {name}={chosen[name]!r} for the "
+            f"conflict on key {key!r} of table {table!r}: a resolver cannot change the "
+            "key; return the record under its own key (or None to delete it)"
+        )
     return chosen
