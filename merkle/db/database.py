@@ -31,6 +31,7 @@ from merkle.db.inputs import (
     check_metadata,
     check_names_list,
     check_table_name,
+    same_metadata,
 )
 from merkle.db.records import RecordOps
 from merkle.db.staging import StagedBlocks
@@ -296,10 +297,16 @@ class Database(RecordOps):
 
     @continues_committed
     def alter_table_meta(self, name: str, fn: Callable[..., Any], *args: Any) -> Database:
+        """This database with table ``name``'s metadata ``fn(metadata, *args)``; as
+        :meth:`alter_db_meta`, ``fn`` gets a copy, and a result stored as the metadata
+        already is leaves the value as it is."""
         check_function(fn, f"alter_table_meta of table {name!r}: fn")
         state = self._state(name)
         table = state.current(self.version + 1)
-        meta = check_metadata(fn(table.root.meta, *args), f"metadata of table {name!r}")
+        was = table.root.meta
+        meta = check_metadata(fn(db_ops.snapshot(was), *args), f"metadata of table {name!r}")
+        if same_metadata(meta, was):
+            return self
         op = db_ops.AlterTableMeta(name, table.root.uid, fn, args)
         return self._with_table(name, _TableState(table.with_meta(meta)), op)
 
@@ -507,11 +514,20 @@ class Database(RecordOps):
 
     @continues_committed
     def alter_db_meta(self, fn: Callable[..., Any], *args: Any) -> Database:
-        """This database with metadata ``fn(metadata, *args)``."""
+        """This database with metadata ``fn(metadata, *args)``. ``fn`` gets a copy (the
+        metadata is shared by every value of the version). A result stored as the
+        metadata already is changes nothing and is not recorded: no version, and no
+        replay over a concurrent commit's metadata (doc/api.md "Commit and conflicts")."""
         check_function(fn, "alter_db_meta: fn")
-        meta = check_metadata(fn(self._meta, *args), f"metadata of database {self.name!r}")
+        was = self._meta
+        what = f"metadata of database {self.name!r}"
+        meta = check_metadata(fn(db_ops.snapshot(was), *args), what)
+        if same_metadata(meta, was):
+            return self
+        # Back to the base's metadata (changed and changed back): no change to commit.
+        changed = not same_metadata(meta, self._base.meta)
         return self._evolve(
-            meta=meta, meta_changed=True, ops=(*self._ops, db_ops.AlterDbMeta(fn, args))
+            meta=meta, meta_changed=changed, ops=(*self._ops, db_ops.AlterDbMeta(fn, args))
         )
 
     def diff(

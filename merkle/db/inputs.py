@@ -50,6 +50,7 @@ __all__ = [
     "is_arrow_like",
     "key_parts",
     "once_readable",
+    "same_metadata",
     "same_value",
 ]
 
@@ -379,6 +380,17 @@ def check_metadata(value: Any, what: str) -> Any:
     except UsageError as exc:
         raise UsageError(f"{what} cannot be stored: {exc}") from None
     return value
+
+
+def same_metadata(new: Any, old: Any) -> bool:
+    """Whether metadata ``new`` (checked by :func:`check_metadata`) is stored as ``old`` is:
+    the same DAG-CBOR bytes, so that setting it changes nothing. Python's ``==`` is not
+    the rule: ``{"n": 1} == {"n": True}`` though they are stored apart, and a tuple is
+    stored as the list it equals by content but not by ``==``."""
+    try:
+        return encode_node(new) == encode_node(old)
+    except UsageError:  # ``old`` cannot be stored at all: not what ``new`` stores
+        return False
 
 
 def check_key_fields(key: Any, table: str) -> str | tuple[str, ...]:

@@ -3,8 +3,10 @@
 Loading the same file twice, or writing records equal to the stored ones,
 changes no data: ``commit`` then returns the version it was based on
 instead of adding a version (and batches) that change nothing. Only
-transactions that did nothing but write and delete records are checked;
-the check stops at the first difference: an upsert of a key that has no
+transactions that did nothing but write and delete records, or set
+metadata (a metadata function whose result is the metadata already there
+records nothing; one changed and then changed back is seen here), are
+checked; the check stops at the first difference: an upsert of a key that has no
 record, or a delete of one that has, is seen on key blocks alone (which the
 commit reads anyway), and values are compared a row first, so a real change
 costs at most one page read.
@@ -20,14 +22,17 @@ version whose diff was empty.
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from merkle.db.ops import Delete, DeleteWhere, Update, Upsert, Write
+from merkle.db.inputs import same_metadata
+from merkle.db.ops import AlterDbMeta, AlterTableMeta, Delete, DeleteWhere, Update, Upsert, Write
 from merkle.db.tablestate import TableState
 from merkle.tablets.diff import as_bits
 from merkle.tablets.keyindex import combine
+from merkle.tablets.nodes import TableRoot
 from merkle.tablets.patches import Patches, apply_patches
 from merkle.tablets.rowequal import rows_equal
 from merkle.tablets.rows import SortedRows
@@ -39,7 +44,9 @@ if TYPE_CHECKING:
 
 __all__ = ["changes_nothing"]
 
-_DATA_OPS = (Write, Delete, Update, Upsert, DeleteWhere)
+#: The operations whose effect the check can see: records written and deleted, and
+#: metadata set (and set back: one that sets what is there already records nothing).
+_CHECKED_OPS = (Write, Delete, Update, Upsert, DeleteWhere, AlterDbMeta, AlterTableMeta)
 _CHUNK = 65_536
 _FIRST = 1  # a real change almost always shows in its first row
 
@@ -47,19 +54,23 @@ _FIRST = 1  # a real change almost always shows in its first row
 def changes_nothing(db: Database, tables: dict[str, TableState | None]) -> bool:
     """True when every buffered change of ``db`` writes what its base already holds, and
     the base is still the head."""
-    if db._meta_changed or not all(isinstance(op, _DATA_OPS) for op in db._ops):
+    if db._meta_changed or not all(isinstance(op, _CHECKED_OPS) for op in db._ops):
         return False
     for name, state in tables.items():
-        if state is None or not state.changes:
-            if state is None:
-                return False
-            continue
+        if state is None:
+            return False
+        if not state.modified:
+            continue  # only read
         base = db._base.tables.get(name)
         if base is None:
             return False
         stored = Table.load(db._ts, base)
-        if stored.root != state.table.root:
-            return False  # the writes chose a codec or extended the schema
+        if not _same_root(stored.root, state.table.root):
+            # The writes chose a codec or extended the schema, or a metadata function
+            # left other metadata (or came after writes, which it folded into the root).
+            return False
+        if not state.changes:
+            continue
         # The same root: read through the state's own table, whose key lookups the
         # commit then reuses.
         if not _same(state.table, state):
@@ -67,6 +78,14 @@ def changes_nothing(db: Database, tables: dict[str, TableState | None]) -> bool:
     head = db._conn.refs.head(db.name)
     # Others committed since: replay decides (a blind delete may win).
     return head is not None and head.version == db.version
+
+
+def _same_root(stored: TableRoot, root: TableRoot) -> bool:
+    """Whether a table root is the stored one: the same fields, and metadata stored as the
+    same bytes (``==`` would take ``{"n": True}`` for ``{"n": 1}``)."""
+    if not same_metadata(root.meta, stored.meta):
+        return False
+    return replace(stored, meta=None) == replace(root, meta=None)
 
 
 def _same(table: Table, state: TableState) -> bool:

@@ -13,7 +13,10 @@ bring the old field back holding only this transaction's values, as
 
 An operation is recorded even when it changed nothing on the transaction's
 base (an upsert whose rows all matched "skip", a ``delete_where`` that
-matched nothing): on the new head it may change rows. What an operation
+matched nothing): on the new head it may change rows. A metadata function
+whose result is the metadata there already is the exception: it is not
+recorded (re-applied over a concurrent commit, it could only undo that
+commit's change; see ``Database.alter_db_meta``). What an operation
 keeps of the caller's input is copied when it is made (:func:`snapshot`), so
 a caller that reuses its dicts and lists cannot change what a replay writes.
 A failure of a replayed operation, the user's own functions included

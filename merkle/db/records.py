@@ -22,6 +22,7 @@ from merkle.db.tablestate import TableChange, TableState
 from merkle.errors import SchemaError
 from merkle.lazy import LazyModule
 from merkle.tablets.fieldids import FieldId
+from merkle.tablets.patches import Patches
 from merkle.tablets.table import Table
 
 if TYPE_CHECKING:
@@ -76,11 +77,12 @@ class RecordOps:
     def update(self, table: str, changes: Mapping[Any, Mapping[str, Any]]) -> Database:
         """Change only the given fields of existing records: ``{key: {field: value}}``.
 
-        Keys without a record are left alone; a value of None removes the field.
+        Keys without a record are left alone: their changes are neither checked nor
+        learned (no field or type comes from them); a value of None removes the field.
         Replayed on a concurrent head, it changes the records as they are there
         (so it is recorded even when it changes nothing here)."""
         state = self._state(table)
-        from merkle.db.changes import update_patches, updated_rows
+        from merkle.db.changes import updated_rows
 
         # Copied now: a caller reusing its dicts must not change what a replay writes.
         changes = db_ops.snapshot(changes) if isinstance(changes, Mapping) else changes
@@ -88,7 +90,7 @@ class RecordOps:
         if state.table.root.typed:
             # Field-level patches: no record is read now (see merkle.tablets.patches).
             try:
-                patched = update_patches(state.table, changes)
+                patched = _patched(state, changes)
             except SchemaError as exc:  # named like a write's: the table, then the field
                 raise SchemaError(f"table {table!r}: {exc}") from None
             if patched is None:
@@ -312,3 +314,43 @@ class RecordOps:
         from merkle.db.dataset import table_dataset  # pyarrow.dataset: only when asked
 
         return table_dataset(self._table(table))[0]
+
+
+def _patched(
+    state: TableState, changes: Mapping[Any, Mapping[str, Any]]
+) -> tuple[Table, Patches] | None:
+    """:func:`~merkle.db.changes.update_patches` of the changes to keys that have a record
+    as the transaction sees them (None: nothing to do).
+
+    A patch of a key without a record is dropped at commit, so it is made
+    without asking which keys have one (that reads key blocks); but what the
+    table learns must come from the values that are applied: only when the
+    patches would change the schema (a new field, a type refined), or hold a
+    value that does not fit it, are the keys looked up and the changes to keys
+    without a record left out, as an upsert that skips a key checks and
+    learns nothing of its row. A key deleted earlier in the transaction has
+    no record; one written earlier has.
+    """
+    from merkle.db.changes import update_patches
+
+    try:
+        patched = update_patches(state.table, changes)
+    except SchemaError as exc:
+        failed: SchemaError | None = exc
+        patched = None
+    else:
+        failed = None
+        if patched is None or patched[0].root == state.table.root:
+            return patched  # the schema as it was: a patch of no record does nothing
+    codec = state.table.codec
+    applied: Mapping[Any, Mapping[str, Any]] = changes
+    if codec is not None:  # (None: a table never written, which update_patches leaves)
+        encoded = [codec.encode(key) for key in changes]
+        order = sorted(set(encoded))
+        has = dict(zip(order, state.live(order).tolist(), strict=True))
+        applied = {k: f for (k, f), e in zip(changes.items(), encoded, strict=True) if has[e]}
+    if len(applied) == len(changes):
+        if failed is not None:
+            raise failed
+        return patched
+    return update_patches(state.table, applied) if applied else None

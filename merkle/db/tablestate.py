@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from merkle.lazy import compute as pc
 from merkle.tablets.batch import BatchContent, fold
 from merkle.tablets.fieldids import FieldId, identities
 from merkle.tablets.keys import KeyCodec
@@ -91,6 +92,22 @@ class TableState:
             done = self.table.apply_changes(folded.upserts, folded.deletes, version, folded.patches)
             self._cache["table"] = done
         return done
+
+    def live(self, keys: list[bytes]) -> np.ndarray:
+        """Whether each sorted, unique encoded key has a record as this transaction sees
+        it: in the table, or written by a buffered change, and not deleted by a later one.
+        Reads key blocks, never a row; folds the buffered changes (once per value)."""
+        live = self.table.live(keys)
+        if not self.changes or not keys:
+            return live
+        content = self.folded()  # the newest change of a key decides, as in a read
+        asked = pa.array(keys, type=pa.binary())
+        written = pc.is_in(asked, value_set=content.upserts.keys.cast(pa.binary()))
+        deleted = pc.is_in(asked, value_set=content.deletes.cast(pa.binary()))
+        has = np.asarray(written.to_numpy(zero_copy_only=False), dtype=bool) | live
+        gone = np.asarray(deleted.to_numpy(zero_copy_only=False), dtype=bool)
+        result: np.ndarray = has & ~gone
+        return result
 
     def folded(self) -> BatchContent:
         """Every buffered change folded into one: the newest change of each key wins
