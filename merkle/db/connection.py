@@ -363,11 +363,12 @@ class Connection:
             return self._clone(name, root, message, author)
         check_metadata(metadata, f"metadata of database {name!r}")
         node = DbRoot({}, metadata).to_node()
-        from merkle.db.landing import after_the_entry  # writes only: not for a read's start
+        from merkle.db.landing import after_the_entry, before_the_entry  # writes only
 
         with after_the_entry(name) as put:
             with self.writer_lease(name) as ticket:
-                cid = self.blocks.put_node(node, refresh_before=ticket.lease.start)
+                with before_the_entry(name):
+                    cid = self.blocks.put_node(node, refresh_before=ticket.lease.start)
                 entry = self._create_entry(
                     name,
                     lambda: self.refs.commit(name, None, str(cid), message=message, author=author),

@@ -23,7 +23,14 @@ if TYPE_CHECKING:
     from merkle.db.database import Database
     from merkle.db.staging import StagedBlocks
 
-__all__ = ["BlockItems", "after_the_entry", "land", "land_commit", "rewrite_after_race"]
+__all__ = [
+    "BlockItems",
+    "after_the_entry",
+    "before_the_entry",
+    "land",
+    "land_commit",
+    "rewrite_after_race",
+]
 
 #: Objects (key, bytes) that must be durable before a journal entry is put.
 BlockItems = Sequence[tuple[str, bytes]]
@@ -48,12 +55,17 @@ def land(
     moved; nothing is retried here. ``ticket``: a writer lease the caller
     already holds (a bulk job's, under which its tasks wrote blocks the entry
     names), used instead of the connection's own.
+
+    A :class:`StorageError` before ``put_entry`` is called is definite as to
+    the commit (:func:`before_the_entry`), whatever it says of the block or
+    lease it names.
     """
     held = nullcontext(ticket) if ticket is not None else conn.writer_lease(db)
     with after_the_entry(db) as put:
         with held as using:
-            items = write_blocks(using, True)
-            conn.leases.ensure_valid(using.current())  # as last renewed
+            with before_the_entry(db):
+                items = write_blocks(using, True)
+                conn.leases.ensure_valid(using.current())  # as last renewed
             entry = put_entry() if items is None else put_entry(items)
             put.append(entry)
             raced = conn._settle(using, entry)
@@ -61,6 +73,31 @@ def land(
             with conn.writer_lease(db) as again:
                 _write(conn, write_blocks(again, False))
     return entry
+
+
+@contextmanager
+def before_the_entry(db: str) -> Iterator[None]:
+    """Around what a landing does before its journal entry: an indefinite
+    :class:`StorageError` becomes a definite one, saying nothing was committed.
+
+    A block put whose answer was lost, or a failed refresh (touch) of a block
+    the version reuses, may or may not have changed that block; but no entry
+    was sent, so the version surely was not committed and trying again is safe.
+    Passed on as it was (``definite=False``), it read as "the commit may have
+    happened" and invited a caller to re-read instead of simply retrying.
+    """
+    try:
+        yield
+    except StorageError as exc:
+        if exc.definite:
+            raise
+        raise StorageError(
+            f"nothing was committed to database {db!r}: {exc}. That came before its journal "
+            "entry was written, so trying again is safe; the blocks written so far may or may "
+            "not be stored, which is harmless (no version refers to them, and `merkle gc` "
+            "removes them if none comes to)",
+            definite=True,
+        ) from exc
 
 
 @contextmanager

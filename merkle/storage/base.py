@@ -26,7 +26,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 from urllib.parse import SplitResult, urlsplit
 
-from merkle.errors import NotFoundError, UsageError
+from merkle.errors import NotFoundError, StorageError, UsageError
 from merkle.storage import owner
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ __all__ = [
     "check_key",
     "check_prefix",
     "check_range",
+    "items_failed",
     "map_in_runs",
     "open_store",
     "quote_location",
@@ -100,6 +101,24 @@ def map_in_runs(
     parts = [items[a:b] for a, b in itertools.pairwise(cuts)]
     done = map_runs(lambda run: [fn(item) for item in run], parts)
     return [result for run in done for result in run]
+
+
+def items_failed(key: str, exc: StorageError) -> StorageError:
+    """The error of a ``put_if_absent_after`` whose items failed uncertainly: definite.
+
+    ``key`` was never written, so the call surely did not take effect as far as
+    its caller can tell; the items (blocks, content-addressed) may or may not be
+    stored, which does no harm: nothing names them until ``key`` exists, a retry
+    writes or reuses them, and garbage collection removes ones left unnamed.
+    Taken for ``key``'s own uncertainty, such a failure made a commit whose
+    journal entry was never sent report "may or may not have been written".
+    """
+    return StorageError(
+        f"{exc}; {key!r}, to be written after it, was not written, so trying again is "
+        f"safe (the objects to precede {key!r} may or may not be stored, which is harmless: "
+        "nothing refers to them yet)",
+        definite=True,
+    )
 
 
 def check_data(key: str, data: object) -> bytes:
@@ -254,8 +273,20 @@ class ObjectStore(ABC):
         The items are written whether or not ``key`` is created. Backends
         overlap what ordering allows (the file store flushes the bytes of the
         items and of ``key`` in one round); this default runs the two in turn.
+
+        A :class:`StorageError`'s ``definite`` speaks of ``key``, the write a
+        caller acts on: one that writing the items raised is definite (``key``
+        was never attempted) even when the items may or may not have been
+        stored, which is harmless while nothing names them (see
+        :func:`items_failed`). Only a failure of ``key``'s own write can be
+        indefinite.
         """
-        self.put_many(items)
+        try:
+            self.put_many(items)
+        except StorageError as exc:
+            if exc.definite:
+                raise
+            raise items_failed(key, exc) from exc
         return self.put_if_absent(key, data)
 
     @abstractmethod

@@ -30,6 +30,7 @@ from merkle.storage.base import (
     check_key,
     check_prefix,
     check_range,
+    items_failed,
     quote_location,
 )
 from merkle.storage.filegc import TMP_PREFIX, delete_if_older, remove_stale_temporaries
@@ -422,8 +423,10 @@ class FileStore(ObjectStore):
         mine = temps.pop()
         try:
             self._publish(staged, temps)
-        except BaseException:
-            _unlink_quietly(mine)
+        except BaseException as exc:
+            _unlink_quietly(mine)  # ``key`` is never linked: definite as to it
+            if isinstance(exc, StorageError) and not exc.definite:
+                raise items_failed(key, exc) from exc
             raise
         return self._link_temp(key, path, mine)
 

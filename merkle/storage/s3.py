@@ -487,19 +487,21 @@ class S3Store(ObjectStore):
         raise AssertionError("unreachable: max_attempts >= 1")
 
     def _settle_precondition(self, full: str, key: str, body: bytes, *, uncertain: bool) -> bool:
-        """Whether a 412 means this call won: only if an earlier attempt may have written."""
+        """Whether a 412 means this call won: only if an earlier attempt may have written.
+        When the read-back cannot tell (the key was deleted since, or the read failed: its
+        error, definite as to the read, says nothing of the write), it is indeterminate."""
         if not uncertain:
             return False
         try:
             stored = self._fetch(full, key)
-        except NotFoundError:
-            # It existed at the 412 and is gone now: whose it was cannot be known.
+        except (NotFoundError, StorageError) as exc:
+            why = "it was deleted since" if isinstance(exc, NotFoundError) else f"failed ({exc})"
             raise StorageError(
-                f"{self._describe(f'conditional put of {key!r}')} is indeterminate: an "
-                "earlier attempt timed out, a retry found the key taken, and it was "
-                "deleted before it could be read back; read the key to find out",
+                f"{self._describe(f'conditional put of {key!r}')} is indeterminate: an earlier "
+                "attempt may have written it, a retry found the key taken, and reading it back "
+                f"to learn whose it is {why}; read the key to find out",
                 definite=False,
-            ) from None
+            ) from exc
         return stored == body
 
     def check_conditional_writes(self) -> None:

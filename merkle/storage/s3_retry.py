@@ -1,9 +1,11 @@
 """How S3 failures are judged: worth retrying or not, and whether they could have taken effect.
 
-An S3 request can fail before it was sent (the connection was refused, the
-server throttled it), in which case it surely did nothing, or after (a read
-timeout, a dropped connection, a 5xx), in which case the write may have
-happened. :class:`S3Store` retries both kinds with exponential backoff and
+An S3 request can fail before any byte of it was sent (the connection was
+refused or timed out, the name did not resolve, the server's certificate was
+refused) or be refused by the server (throttled), in which case it surely did
+nothing, or fail after it may have been sent (a read timeout, a dropped
+connection, a TLS error on the open connection, a 5xx), in which case the
+write may have happened. :class:`S3Store` retries both kinds with exponential backoff and
 full jitter, and uses the second kind to decide when the outcome of a write
 is unknown (``StorageError(definite=False)``) and when a conditional put must
 read the object back to learn whether it won.
@@ -12,16 +14,23 @@ read the object back to learn whether it won.
 from __future__ import annotations
 
 import random
+import socket
+import ssl
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from botocore.exceptions import (
     BotoCoreError,
+    ChecksumError,
     ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
     FlexibleChecksumError,
     HTTPClientError,
     IncompleteReadError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
+from urllib3.exceptions import ConnectTimeoutError as Urllib3ConnectTimeoutError
 
 __all__ = [
     "Failure",
@@ -100,18 +109,68 @@ def classify(exc: BaseException) -> Failure:
         return Failure(retryable=False, definite=True, code=code or str(status))
     name = type(exc).__name__
     if isinstance(exc, BotoConnectionError):
-        # Connect refused or timed out, proxy or TLS failure: nothing was sent.
-        return Failure(retryable=True, definite=True, code=name)
+        # Connect refused or timed out, DNS, a refused certificate: nothing was sent.
+        # Any other TLS or proxy error may come after the request went out.
+        return Failure(retryable=True, definite=_before_sending(exc), code=name)
     if isinstance(exc, (HTTPClientError, IncompleteReadError)):
         # Read timeout, connection closed, truncated body: the request was sent.
         return Failure(retryable=True, definite=False, code=name)
-    if isinstance(exc, FlexibleChecksumError):
+    if isinstance(exc, (FlexibleChecksumError, ChecksumError)):
         # A response body whose checksum does not match: damaged on the way, not at rest.
         return Failure(retryable=True, definite=False, code=name)
     if isinstance(exc, BotoCoreError):
         # Missing credentials, invalid parameters: refused before sending.
         return Failure(retryable=False, definite=True, code=name)
     return Failure(retryable=False, definite=False, code=name)
+
+
+#: Causes that mean the connection never opened (urllib3's NewConnectionError, its name
+#: resolution error included, is a ConnectTimeoutError) or the handshake refused the server.
+_NOT_SENT = (
+    Urllib3ConnectTimeoutError,
+    socket.gaierror,
+    ConnectionRefusedError,
+    ssl.SSLCertVerificationError,
+)
+
+
+def _before_sending(exc: BotoConnectionError) -> bool:
+    """Whether a botocore connection error surely came before any byte of the request
+    went out: opening the connection failed (refused, timed out, name not resolved) or
+    the TLS handshake refused the server's certificate.
+
+    Not every ``ConnectionError`` is one: botocore's ``SSLError`` is raised for a TLS
+    failure at any point (a damaged record of the *response* raises "bad record mac"
+    after the request was stored), and with urllib3 1.x a ``ProxyConnectionError`` for
+    any socket error on a proxied connection. Those count as definite only when their
+    cause shows the connection never opened; anything unknown counts as sent.
+    """
+    if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError)):
+        return True  # botocore raises these only while connecting (httpsession.send)
+    return any(isinstance(cause, _NOT_SENT) for cause in _causes(exc))
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """The exceptions ``exc`` wraps: botocore's ``error=``, urllib3's ``original_error``
+    and wrapped arguments, and Python's ``__cause__``/``__context__``, depth first."""
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if current is not exc:
+            yield current
+        kwargs = getattr(current, "kwargs", None)
+        inner = [
+            kwargs.get("error") if isinstance(kwargs, dict) else None,
+            getattr(current, "original_error", None),
+            *current.args,
+            current.__cause__,
+            current.__context__,
+        ]
+        stack.extend(item for item in inner if isinstance(item, BaseException))
 
 
 def backoff_delay(attempt: int, base: float, cap: float) -> float:
