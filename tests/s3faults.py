@@ -37,6 +37,7 @@ the in-process moto server, for tests of grace periods and ``touch``;
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -135,11 +136,17 @@ def inject_s3_faults(
     times: int = 1,
     after_send: bool = True,
     key: str | None = None,
+    damage: Callable[[bytes], bytes] | None = None,
+    etag_follows: bool = False,
 ) -> Iterator[Faults]:
     """Make the next ``times`` calls of ``operation`` on ``store`` fail as ``kind``
     (``damaged``: the real response with one byte of its body flipped).
 
     With ``key``, only calls on that object key count (others go through).
+    For ``damaged``, ``damage`` changes the body instead of the flip (its
+    length must stay, as the Content-Length does), and ``etag_follows``
+    makes the ETag the MD5 of the damaged body and drops the response's
+    checksum headers: a wrong answer nothing in the response gives away.
 
     ``operation`` is the S3 API name (``"PutObject"``, ``"GetObject"``,
     ``"HeadObject"``, ``"CopyObject"``, ``"DeleteObjects"``, ...). With
@@ -162,10 +169,20 @@ def inject_s3_faults(
         if kind == "damaged":  # the real response, one byte of its body flipped on the way
             delivered = sender.send(request)
             body = bytearray(delivered.content)
-            body[len(body) // 2] ^= 0x01
+            if damage is None:
+                body[len(body) // 2] ^= 0x01
+            else:
+                body = bytearray(damage(bytes(body)))
             with faults._lock:
                 faults.sent += 1
             headers = dict(delivered.headers.items())
+            if etag_follows:
+                headers = {
+                    k: v
+                    for k, v in headers.items()
+                    if "checksum" not in k.lower() and k.lower() != "etag"
+                }
+                headers["ETag"] = f'"{hashlib.md5(bytes(body)).hexdigest()}"'
             return AWSResponse(request.url, delivered.status_code, headers, _RawBody(bytes(body)))
         if after_send:
             delivered = sender.send(request)

@@ -23,6 +23,13 @@ still: the retention floor read before its listing is the floor read after
 its entries (a trim raises the floor before it deletes anything, and the
 floor never goes down). A pass that saw damage while the floor moved is
 done again from a fresh listing, at most :data:`AUDIT_PASSES` times.
+
+The floor is also what a collection trims to when retention keeps every
+version the audit saw, so one wrong read of it (a ``TRIMMED`` of ``3`` read
+as ``5``, on the way from a store that checks nothing) made a collection
+delete versions 3 and 4 for good. A pass that found journal objects below
+its floor (the ones a trim to it deletes) counts only if the floor read
+again after it is the same; otherwise the journal is audited again.
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ class JournalAudit:
     entries: list[JournalEntry] = field(default_factory=list)  # kept, oldest first
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    below_floor: int = 0  # journal objects below ``floor`` (a trim to it deletes them)
 
     @property
     def damaged(self) -> bool:
@@ -112,9 +120,12 @@ def audit_journal(refs: JournalReader, db: str) -> JournalAudit:
     before: int | None = None
     for _ in range(AUDIT_PASSES):
         audit = _audit_once(refs, db)
+        after = None if not (audit.damaged or audit.below_floor) else _floor_or_damaged(refs, db)
         if not audit.damaged:
-            return audit
-        after = _floor_or_damaged(refs, db)
+            if not audit.below_floor or after == audit.floor:
+                return audit
+            before = after  # the floor read wrong or moved: what it names is not confirmed
+            continue
         if before == after:
             return audit  # the journal held still: the damage is real
         before = after
@@ -151,6 +162,7 @@ def _audit_once(refs: JournalReader, db: str) -> JournalAudit:
     present.sort()
     top = present[-1]
     below = [v for v in present if v < audit.floor]
+    audit.below_floor = len(below)
     if below:
         audit.notes.append(
             f"{len(below)} journal object(s) below the retention floor {audit.floor} "

@@ -40,7 +40,9 @@ from merkle.storage.base import (
     check_range,
     quote_location,
 )
+from merkle.storage.s3_bodies import CONTENT_ADDRESSED, read_confirmed
 from merkle.storage.s3_client import (
+    OPTIONS,
     RESPONSE_ERRORS,
     MalformedResponseError,
     check_body,
@@ -51,6 +53,7 @@ from merkle.storage.s3_client import (
     check_number,
     check_page,
     check_text,
+    hidden_key,
     new_client,
     read_response,
 )
@@ -70,19 +73,6 @@ _T = TypeVar("_T")
 
 #: S3's limit of keys in one DeleteObjects request.
 DELETE_BATCH = 1000
-
-_OPTIONS = (
-    "endpoint_url",
-    "region_name",
-    "aws_access_key_id",
-    "aws_secret_access_key",
-    "aws_session_token",
-    "bulk_workers",
-    "max_attempts",
-    "retry_base_delay",
-    "connect_timeout",
-    "read_timeout",
-)
 
 #: Name prefix of the object check_conditional_writes creates and deletes (never a lake key).
 _PROBE = ".merkle-probe-"
@@ -177,10 +167,10 @@ class S3Store(ObjectStore):
             )
         if not parts.netloc:
             raise UsageError(f"malformed S3 URI {uri!r}: name a bucket, e.g. s3://my-bucket/lake")
-        unknown = set(options) - set(_OPTIONS)
+        unknown = set(options) - set(OPTIONS)
         if unknown:
             raise UsageError(
-                f"unknown options for s3://: {sorted(unknown)}; accepted: {', '.join(_OPTIONS)}"
+                f"unknown options for s3://: {sorted(unknown)}; accepted: {', '.join(OPTIONS)}"
             )
         return cls(parts.netloc, unquote(parts.path), **options)
 
@@ -323,11 +313,24 @@ class S3Store(ObjectStore):
         return self._fetch(self._full(key), key)
 
     def _fetch(self, full: str, key: str) -> bytes:
-        def fetch() -> bytes:
-            response = self._client.get_object(Bucket=self.bucket, Key=full)
-            return check_body(bytes(response["Body"].read()), response, f"get of {key!r}")
+        """A whole object's bytes; outside ``blocks/`` confirmed (see ``s3_bodies``)."""
+        what = f"get of {key!r}"
 
-        return self._call(f"get of {key!r}", fetch, key=key)
+        def fetch() -> tuple[bytes, Mapping[str, Any]]:
+            response = self._client.get_object(Bucket=self.bucket, Key=full)
+            return check_body(bytes(response["Body"].read()), response, what), response
+
+        if key.startswith(CONTENT_ADDRESSED):
+            return self._call(what, fetch, key=key)[0]  # checked against its CID by its reader
+        return read_confirmed(
+            lambda: self._call(what, fetch, key=key),
+            validation=self._client.meta.config.response_checksum_validation,
+            reads=self.max_attempts,
+            pause=lambda n: time.sleep(
+                backoff_delay(n, self.retry_base_delay, self.retry_max_delay)
+            ),
+            what=self._describe(what),
+        )
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         full = self._full(key)
@@ -423,7 +426,7 @@ class S3Store(ObjectStore):
         for page in self._pages(f"list of {prefix!r}", Prefix=self.prefix + prefix):
             for item in page.get("Contents", ()):
                 key = item["Key"][strip:]
-                if _hidden(key):
+                if hidden_key(key):
                     continue  # a probe object or a folder marker, never a lake key
                 yield ObjectInfo(key, int(item["Size"]), item["LastModified"].timestamp())
 
@@ -614,10 +617,3 @@ class S3Store(ObjectStore):
                 )
             remaining = [e["Key"] for e in errors]
             time.sleep(backoff_delay(attempt, self.retry_base_delay, self.retry_max_delay))
-
-
-def _hidden(key: str) -> bool:
-    """Whether a listed key is none a lake holds: a segment starting with '.' (a probe
-    object), or an empty segment: a "folder" marker (a key ending in '/', which the AWS
-    console's "Create folder", s3fs and Hadoop's S3A write) or a doubled '/'."""
-    return key.startswith(".") or "/." in key or not key or key.endswith("/") or "//" in key

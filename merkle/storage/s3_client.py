@@ -40,6 +40,7 @@ from botocore.parsers import ResponseParserError
 from merkle.errors import UsageError
 
 __all__ = [
+    "OPTIONS",
     "RESPONSE_ERRORS",
     "MalformedResponseError",
     "check_body",
@@ -51,10 +52,26 @@ __all__ = [
     "check_number",
     "check_page",
     "check_text",
+    "hidden_key",
     "new_client",
     "read_response",
 ]
 _T = TypeVar("_T")
+
+#: The options an ``s3://`` URI takes (keyword arguments of ``S3Store``).
+OPTIONS = (
+    "endpoint_url",
+    "region_name",
+    "aws_access_key_id",
+    "aws_secret_access_key",
+    "aws_session_token",
+    "bulk_workers",
+    "max_attempts",
+    "retry_base_delay",
+    "connect_timeout",
+    "read_timeout",
+)
+
 
 # 3-63 characters of lowercase letters, digits, dots and hyphens, starting and
 # ending with a letter or digit, no "..", not an IPv4 address.
@@ -70,6 +87,13 @@ def check_bucket(bucket: object) -> None:
             f"invalid S3 bucket name {bucket!r}: use 3-63 lowercase letters, digits, "
             "dots and hyphens, starting and ending with a letter or digit"
         )
+
+
+def hidden_key(key: str) -> bool:
+    """Whether a listed key is none a lake holds: a segment starting with '.' (a probe
+    object), or an empty segment: a "folder" marker (a key ending in '/', which the AWS
+    console's "Create folder", s3fs and Hadoop's S3A write) or a doubled '/'."""
+    return key.startswith(".") or "/." in key or not key or key.endswith("/") or "//" in key
 
 
 def check_no_userinfo(netloc: str) -> None:
