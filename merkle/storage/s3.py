@@ -57,6 +57,7 @@ from merkle.storage.s3_client import (
     new_client,
     read_response,
 )
+from merkle.storage.s3_listing import follow_pages
 from merkle.storage.s3_retry import (
     Failure,
     backoff_delay,
@@ -384,40 +385,17 @@ class S3Store(ObjectStore):
 
     def _pages(self, what: str, **request: Any) -> Iterator[dict[str, Any]]:
         """The pages of a ListObjectsV2 request, each fetched with retries; a page that is
-        not a whole result is retried, never taken for an empty one (see check_page)."""
-        token: str | None = None
-        tokens: set[str] = set()
-        last = ""  # the greatest key or prefix listed so far: each page must start above it
-        while True:
-            options = dict(request) if token is None else {**request, "ContinuationToken": token}
+        not a whole result is retried, never taken for an empty one (see check_page), and
+        a listing that does not advance is an error (:mod:`merkle.storage.s3_listing`)."""
 
-            def call(options: dict[str, Any] = options) -> dict[str, Any]:
+        def fetch(options: dict[str, Any]) -> dict[str, Any]:
+            def call() -> dict[str, Any]:
                 page = self._client.list_objects_v2(Bucket=self.bucket, **options)
                 return dict(check_page(page, self.bucket, what))
 
-            page = self._call(what, call)
-            names = [item["Key"] for item in page.get("Contents", ())]
-            names += [entry["Prefix"] for entry in page.get("CommonPrefixes", ())]
-            if names and min(names) <= last:
-                raise self._listing_loops(what, f"a page starting at or below {last!r}")
-            last = max(names, default=last)
-            yield page
-            if not page.get("IsTruncated"):
-                return
-            token = page["NextContinuationToken"]
-            if token in tokens:
-                raise self._listing_loops(what, "a continuation token it had sent before")
-            tokens.add(token)
+            return self._call(what, call)
 
-    def _listing_loops(self, what: str, problem: str) -> StorageError:
-        """The error for a listing that does not advance (it would never end)."""
-        return StorageError(
-            f"{self._describe(what)} does not advance: the store answered with {problem}, so "
-            "the listing would never end (a store or proxy that ignores the continuation-token "
-            "parameter); nothing was changed: fix the store or proxy, or connect to the "
-            "bucket directly",
-            definite=True,
-        )
+        return follow_pages(request, fetch, self._describe(what))
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         check_prefix(prefix)
