@@ -540,9 +540,9 @@ class Connection:
         self,
         source: Database | str,
         into: str,
-        *,
         base: Database | int | None = None,
         resolve: Resolver = "fail",
+        *,
         message: str | None = None,
         author: str | None = None,
     ) -> Database:
