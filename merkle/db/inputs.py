@@ -298,17 +298,17 @@ def check_known_fields(
 def check_keys(keys: Any, table: str) -> list[Any]:
     """A list of keys; a single string or bytes is a UsageError (it is not a list of keys).
     An Arrow array or chunked array (a table's key column) gives its Python values."""
-    if isinstance(keys, str | bytes | bytearray) or not isinstance(keys, Iterable):
-        raise UsageError(
-            f"keys for table {table!r} must be a list of keys, got the "
-            f"{type(keys).__name__} {keys!r}: pass [{keys!r}] for one key"
-        )
     if _is_rows(keys):  # iterating a DataFrame gives its column names, not keys
         raise UsageError(
             f"keys for table {table!r} must be a list of keys, got a {type(keys).__name__} "
             "(rows, whose iteration gives column names, not keys): pass the key column's "
             "values, e.g. df['id'].tolist() (for a composite key, "
             "list(df[['a', 'b']].itertuples(index=False, name=None)))"
+        )
+    if isinstance(keys, str | bytes | bytearray) or not isinstance(keys, Iterable):
+        raise UsageError(
+            f"keys for table {table!r} must be a list of keys, got the "
+            f"{type(keys).__name__} {keys!r}: pass [{keys!r}] for one key"
         )
     if isinstance(keys, pa.Array | pa.ChunkedArray):  # iterating one gives Arrow scalars
         return list(keys.to_pylist())

@@ -496,9 +496,14 @@ def _reopen(uri: str, options: dict[str, Any]) -> ObjectStore:
 def quote_location(path: str) -> str:
     """``path`` as the path part of a store's URI, so that opening the URI gives ``path``
     back: ``%`` (which the backends decode), ``?`` and ``#`` (which would end the path)
-    are percent-encoded; everything else is left as it is, so that URIs stay readable
-    (and a lake's URI, recorded in the journals of its copies, does not change)."""
-    return path.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+    are percent-encoded, and so are control characters (which urlsplit drops without a
+    word: a path holding a tab opened the lake at the path without it); everything else
+    is left as it is, so that URIs stay readable (and a lake's URI, recorded in the
+    journals of its copies, does not change)."""
+    quoted = path.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in quoted):
+        quoted = "".join(f"%{ord(c):02X}" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in quoted)
+    return quoted
 
 
 def open_store(uri: str | os.PathLike[str], **options: Any) -> ObjectStore:
