@@ -174,9 +174,8 @@ class BlockStore:
 
     def _refresh(self, key: str, refresh_before: float | None) -> bool:
         """Whether the block is present (refreshing an old timestamp), else it must be written."""
-        try:
-            info = self.store.stat(key)
-        except NotFoundError:
+        info = self.store.stat_or_none(key)  # a miss is normal here: one failed stat
+        if info is None:
             return False
         if refresh_before is not None and info.mtime < refresh_before:
             try:

@@ -213,6 +213,15 @@ class ObjectStore(ABC):
     def stat(self, key: str) -> ObjectInfo:
         """Size and modification time of ``key``; :class:`NotFoundError` if absent."""
 
+    def stat_or_none(self, key: str) -> ObjectInfo | None:
+        """:meth:`stat`, or None when ``key`` is absent: for a check where absence is the
+        normal answer (a writer about to write a block). A file store does not look for
+        a copy a killed collector moved aside here, which :meth:`stat` and the reads do."""
+        try:
+            return self.stat(key)
+        except NotFoundError:
+            return None
+
     def exists(self, key: str) -> bool:
         """Whether an object is stored at ``key``."""
         try:

@@ -33,8 +33,13 @@ from merkle.storage.base import (
     items_failed,
     quote_location,
 )
-from merkle.storage.filegc import TMP_PREFIX, delete_if_older, remove_stale_temporaries
-from merkle.storage.fileoptions import file_flag, file_workers
+from merkle.storage.filegc import (
+    TMP_PREFIX,
+    delete_if_older,
+    remove_stale_temporaries,
+    restore_aside,
+)
+from merkle.storage.fileoptions import check_path, file_flag, file_workers
 
 __all__ = ["FileStore", "check_path"]
 
@@ -58,22 +63,6 @@ def _read_all(fd: int) -> bytes:
         parts.append(chunk)
         done += len(chunk)
     return b"".join(parts)
-
-
-def check_path(path: str, what: str) -> str:
-    """``path`` if the file system can name it; a UsageError naming ``what`` for a NUL
-    character or an unpaired surrogate (Python's own errors would come from the first
-    file opened, as a ValueError or a UnicodeEncodeError)."""
-    if "\x00" in path:
-        raise UsageError(f"{what} {path!r} holds a NUL character, which no file name can hold")
-    try:
-        os.fsencode(path)
-    except UnicodeEncodeError:
-        raise UsageError(
-            f"{what} {path!r} holds a character the file system encoding cannot write "
-            "(an unpaired surrogate)"
-        ) from None
-    return path
 
 
 class FileStore(ObjectStore):
@@ -135,9 +124,12 @@ class FileStore(ObjectStore):
     def get(self, key: str) -> bytes:
         # os.read of the size fstat gives, not open().read(): no buffered reader, no
         # second read to find the end, no resize (a 600-byte node: 30 -> 22 us).
+        path = self._path(key)
         try:
-            fd = os.open(self._path(key), _READ_FLAGS)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            fd = os.open(path, _READ_FLAGS)
+        except FileNotFoundError:
+            fd = self._reopen(key, path)
+        except (IsADirectoryError, NotADirectoryError):
             raise self._missing(key) from None
         except OSError as exc:
             raise StorageError(f"cannot read {key!r} in {self.uri}: {exc}") from exc
@@ -152,25 +144,80 @@ class FileStore(ObjectStore):
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         start, length = check_range(key, start, length)
+        path = self._path(key)
         try:
-            with open(self._path(key), "rb") as f:
+            fd = os.open(path, _READ_FLAGS)
+        except FileNotFoundError:
+            fd = self._reopen(key, path)
+        except (IsADirectoryError, NotADirectoryError):
+            raise self._missing(key) from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {key!r} in {self.uri}: {exc}") from exc
+        try:
+            with open(fd, "rb") as f:
                 f.seek(start)
                 return f.read(length)
-        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        except IsADirectoryError:
             raise self._missing(key) from None
         except OSError as exc:
             raise StorageError(f"cannot read {key!r} in {self.uri}: {exc}") from exc
 
+    def _reopen(self, key: str, path: str) -> int:
+        """After a read missed ``key``: the file opened again once it is put back from a
+        copy a collector left moved aside (:meth:`_restore`); else the miss stands."""
+        if self._restore(key, path):
+            try:
+                return os.open(path, _READ_FLAGS)
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                pass  # removed again meanwhile
+            except OSError as exc:
+                raise StorageError(f"cannot read {key!r} in {self.uri}: {exc}") from exc
+        raise self._missing(key)
+
     def stat(self, key: str) -> ObjectInfo:
+        path = self._path(key)
+        info = self._stat(key, path)
+        if info is None:
+            if not self._restore(key, path):
+                raise self._missing(key)
+            info = self._stat(key, path)
+            if info is None:
+                raise self._missing(key)
+        return info
+
+    def stat_or_none(self, key: str) -> ObjectInfo | None:
+        """:meth:`stat`, or None for a missing key, without looking for a copy a killed
+        collector moved aside: for the write path, where a miss is the normal answer
+        (a new block) and costs one failed ``stat``."""
+        return self._stat(key, self._path(key))
+
+    def exists(self, key: str) -> bool:
+        """Whether ``key`` is stored; a miss is one failed ``stat`` (like
+        :meth:`stat_or_none`, nothing moved aside is looked for)."""
+        return self._stat(key, self._path(key)) is not None
+
+    def _stat(self, key: str, path: str) -> ObjectInfo | None:
         try:
-            st = os.stat(self._path(key))
+            st = os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
-            raise self._missing(key) from None
+            return None
         except OSError as exc:
             raise StorageError(f"cannot stat {key!r} in {self.uri}: {exc}") from exc
         if not stat.S_ISREG(st.st_mode):
-            raise self._missing(key)
+            return None
         return ObjectInfo(key, st.st_size, st.st_mtime)
+
+    def _restore(self, key: str, path: str) -> bool:
+        """After a read missed ``key``: whether it is back, put back from the copy a
+        collector killed in a conditional delete left moved aside (:func:`restore_aside`;
+        one listing of a small or missing directory, so a miss stays cheap)."""
+        try:
+            return restore_aside(path, self._sync_dir)
+        except OSError as exc:
+            raise StorageError(
+                f"{key!r} is missing from {self.uri} and looking for a copy a collection "
+                f"moved aside failed: {exc}"
+            ) from exc
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         directory, _, _ = check_prefix(prefix).rpartition("/")
@@ -559,9 +606,10 @@ class FileStore(ObjectStore):
 
         A writer still using such a file (stalled that long between writing
         and renaming it) gets a StorageError from its rename or link; no key
-        changes.
+        changes. Files a killed collector left moved aside before ``older_than``
+        are put back under their key if it is missing, else removed.
         """
-        return remove_stale_temporaries(self.root, older_than, self.uri)
+        return remove_stale_temporaries(self.root, older_than, self.uri, self._sync_dir)
 
     conditional_delete = True
 

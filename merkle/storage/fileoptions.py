@@ -1,4 +1,5 @@
-"""The file store's options, as ``merkle.connect`` and ``-o key=value`` give them.
+"""The file store's options, as ``merkle.connect`` and ``-o key=value`` give them, and
+the check of a path the file system must be able to name.
 
 Options arrive as Python values or as text from a URI or the command line:
 the text ``"false"`` is a true value to Python, so each is read by its own
@@ -7,11 +8,12 @@ rule here and refused, naming the option, when it is neither.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from merkle.errors import UsageError
 
-__all__ = ["file_flag", "file_workers"]
+__all__ = ["check_path", "file_flag", "file_workers"]
 
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
@@ -37,3 +39,19 @@ def file_workers(value: Any) -> int:
     if isinstance(number, int) and not isinstance(number, bool) and number >= 1:
         return number
     raise UsageError(f"file store option bulk_workers must be a whole number >= 1, got {value!r}")
+
+
+def check_path(path: str, what: str) -> str:
+    """``path`` if the file system can name it; a UsageError naming ``what`` for a NUL
+    character or an unpaired surrogate (Python's own errors would come from the first
+    file opened, as a ValueError or a UnicodeEncodeError)."""
+    if "\x00" in path:
+        raise UsageError(f"{what} {path!r} holds a NUL character, which no file name can hold")
+    try:
+        os.fsencode(path)
+    except UnicodeEncodeError:
+        raise UsageError(
+            f"{what} {path!r} holds a character the file system encoding cannot write "
+            "(an unpaired surrogate)"
+        ) from None
+    return path
