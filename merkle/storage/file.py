@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import errno
 import os
 import stat
 import threading
@@ -23,7 +22,6 @@ from urllib.parse import SplitResult, unquote
 
 from merkle.errors import NotFoundError, StorageError, UsageError
 from merkle.storage.base import (
-    NO_SPACE,
     ObjectInfo,
     ObjectStore,
     check_data,
@@ -33,36 +31,17 @@ from merkle.storage.base import (
     items_failed,
     quote_location,
 )
+from merkle.storage.fileerrors import lake_gone, layout_error, write_error
 from merkle.storage.filegc import (
     TMP_PREFIX,
     delete_if_older,
     remove_stale_temporaries,
     restore_aside,
 )
+from merkle.storage.fileio import READ_FLAGS, read_all
 from merkle.storage.fileoptions import check_path, file_flag, file_workers
 
 __all__ = ["FileStore", "check_path"]
-
-_READ_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
-
-
-def _read_all(fd: int) -> bytes:
-    """The content of an open object file: the size ``fstat`` reports, read at once.
-
-    Object files are never changed in place (a put renames or links a whole
-    new file over the name), so the size is the content's; reads continue
-    only where the kernel returns less (past 2 GiB), up to that size or the end.
-    """
-    size = os.fstat(fd).st_size
-    data = os.read(fd, size) if size else b""
-    if len(data) == size:
-        return data
-    parts = [data]
-    done = len(data)
-    while done < size and (chunk := os.read(fd, size - done)):
-        parts.append(chunk)
-        done += len(chunk)
-    return b"".join(parts)
 
 
 class FileStore(ObjectStore):
@@ -126,7 +105,7 @@ class FileStore(ObjectStore):
         # second read to find the end, no resize (a 600-byte node: 30 -> 22 us).
         path = self._path(key)
         try:
-            fd = os.open(path, _READ_FLAGS)
+            fd = os.open(path, READ_FLAGS)
         except FileNotFoundError:
             fd = self._reopen(key, path)
         except (IsADirectoryError, NotADirectoryError):
@@ -134,7 +113,7 @@ class FileStore(ObjectStore):
         except OSError as exc:
             raise StorageError(f"cannot read {key!r} in {self.uri}: {exc}") from exc
         try:
-            return _read_all(fd)
+            return read_all(fd)
         except IsADirectoryError:
             raise self._missing(key) from None
         except OSError as exc:
@@ -146,7 +125,7 @@ class FileStore(ObjectStore):
         start, length = check_range(key, start, length)
         path = self._path(key)
         try:
-            fd = os.open(path, _READ_FLAGS)
+            fd = os.open(path, READ_FLAGS)
         except FileNotFoundError:
             fd = self._reopen(key, path)
         except (IsADirectoryError, NotADirectoryError):
@@ -167,7 +146,7 @@ class FileStore(ObjectStore):
         copy a collector left moved aside (:meth:`_restore`); else the miss stands."""
         if self._restore(key, path):
             try:
-                return os.open(path, _READ_FLAGS)
+                return os.open(path, READ_FLAGS)
             except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
                 pass  # removed again meanwhile
             except OSError as exc:
@@ -308,16 +287,10 @@ class FileStore(ObjectStore):
         return os.path.relpath(path, self.root).replace(os.sep, "/")
 
     def _not_a_directory(self, path: str) -> UsageError:
-        return UsageError(
-            f"{self._key_of(path)!r} in {self.uri} is an object, so no key can continue it "
-            "with '/': a file store cannot hold both 'a' and 'a/b'"
-        )
+        return layout_error(self._key_of(path), self.uri, is_object=True)
 
     def _is_a_directory(self, path: str) -> UsageError:
-        return UsageError(
-            f"{self._key_of(path)!r} in {self.uri} is a directory of other keys, so it cannot "
-            "be an object too: a file store cannot hold both 'a' and 'a/b'"
-        )
+        return layout_error(self._key_of(path), self.uri, is_object=False)
 
     def _check_root(self) -> None:
         """Raise :meth:`_gone` if the lake directory was seen and is gone (not an empty lake)."""
@@ -325,30 +298,13 @@ class FileStore(ObjectStore):
             raise self._gone()
 
     def _gone(self) -> StorageError:
-        """The error for a root directory that existed and no longer does."""
-        return StorageError(
-            f"the lake directory {self.root} is gone: it was deleted or moved while in use, "
-            "and nothing was written (it is not made again: that would start a new, empty "
-            "lake there). Open the lake where it is now, or restore it from a backup",
-            definite=True,
-        )
+        return lake_gone(self.root)
 
     def _write_error(self, key: str, exc: BaseException, detail: str = "") -> StorageError:
-        """The StorageError for a failed write of ``key``: a full disk says so, and what to do.
-
-        Built only on the error path, so a successful write pays nothing for it.
-        """
+        """The StorageError for a failed write of ``key`` (:func:`write_error`)."""
         if isinstance(exc, FileNotFoundError) and self._root_seen and not os.path.isdir(self.root):
             return self._gone()
-        if isinstance(exc, OSError) and exc.errno in NO_SPACE:
-            what = "full" if exc.errno == errno.ENOSPC else "over its quota"
-            return StorageError(
-                f"cannot write {key!r} to {self.uri}: the disk holding {self.root} is {what} "
-                f"({exc.strerror or exc}){detail}; free some space there (or move the lake to "
-                "a bigger disk) and try again. `merkle gc` can free space too, but needs some "
-                "free space itself, so delete other files first"
-            )
-        return StorageError(f"cannot write {key!r} to {self.uri}: {exc}{detail}")
+        return write_error(key, self.uri, self.root, exc, detail)
 
     def _sync_dir(self, directory: str) -> None:
         if not self.fsync:
