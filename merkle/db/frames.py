@@ -23,13 +23,21 @@ columns); an unnamed one is dropped. A named level that has a column's name is
 that column when their values are equal (``df.set_index("id", drop=False)``)
 and is dropped; with other values it is a UsageError, not a second field
 under an invented name.
+
+The table returned holds none of the frame's memory: pyarrow wraps a numeric,
+datetime, masked or categorical column's numpy array without copying it, and
+the write keeps the table (in its value, for a replay, then in the committed
+value), so those columns are copied once (:func:`_detached`); a caller changing
+its frame afterwards changes no Database value.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from merkle.errors import SchemaError, UsageError
@@ -68,12 +76,45 @@ def pandas_table(
     _check_kinds(data, columns, table)
     _check_keys_present(data, key, table)
     typed = _field_typed_columns(data, columns, schema)
+    converted = None
     if not typed:
-        try:
-            return pa.Table.from_pandas(data, columns=columns, preserve_index=False)
-        except _ARROW_FAILURES:
-            pass
-    return _by_column(data, columns, schema, key, table, typed)
+        with contextlib.suppress(*_ARROW_FAILURES):
+            converted = pa.Table.from_pandas(data, columns=columns, preserve_index=False)
+    if converted is None:
+        converted = _by_column(data, columns, schema, key, table, typed)
+    return _detached(converted, data, columns)
+
+
+def _detached(converted: pa.Table, data: Any, columns: Sequence[Hashable]) -> pa.Table:
+    """``converted`` holding none of the frame's memory: its columns that pyarrow may have
+    built zero-copy over the frame's buffers copied, once.
+
+    pyarrow converts a numeric, datetime, masked (``Int64``) or categorical column by
+    wrapping the numpy array the frame holds, not copying it; the write keeps that
+    table (in the value returned, then in the committed value's cache), so
+    ``df.loc[0, "v"] = 999`` after ``write`` would change what a Database value --
+    immutable -- reads, and what ``commit`` stores. A column of Python objects
+    (``object``, ``string[python]``) is built in new buffers already and kept as it is.
+    """
+    manager = pa.default_cpu_memory_manager()
+    arrays = []
+    for name, column in zip(columns, converted.columns, strict=True):
+        if _built_afresh(data[name].dtype):
+            arrays.append(column)
+        else:
+            chunks = [chunk.copy_to(manager) for chunk in column.chunks]
+            arrays.append(pa.chunked_array(chunks, type=column.type))
+    return pa.Table.from_arrays(arrays, schema=converted.schema)
+
+
+def _built_afresh(dtype: Any) -> bool:
+    """Whether pyarrow converts a column of ``dtype`` into buffers of its own: a column
+    of Python objects, which it reads one value at a time."""
+    import pandas
+
+    if isinstance(dtype, pandas.StringDtype):
+        return bool(dtype.storage == "python")
+    return isinstance(dtype, np.dtype) and dtype.kind == "O"
 
 
 def _inferred_wrongly(kind: pa.DataType) -> bool:

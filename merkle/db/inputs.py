@@ -5,7 +5,10 @@ data is a ``pyarrow.Table``, ``RecordBatch`` or ``RecordBatchReader``, or any
 object that exports an Arrow stream (``__arrow_c_stream__``: pandas and
 Polars DataFrames, DuckDB results, ...). A pandas DataFrame keeps a named
 index as columns (``df.set_index("id")`` writes ``id``); an unnamed index is
-not data and is dropped (see :mod:`merkle.db.frames`).
+not data and is dropped (see :mod:`merkle.db.frames`), and its columns are
+copied where pyarrow would share the frame's memory. Arrow data is kept as it
+is (Arrow data does not change once built; doc/api.md tells the caller not to
+change a numpy array an Arrow array was built over without a copy).
 """
 
 from __future__ import annotations

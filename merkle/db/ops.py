@@ -134,7 +134,8 @@ def snapshot(value: Any) -> Any:
     """``value`` with every dict, list, set, bytearray and NumPy array in it copied: what an
     operation keeps of the caller's input, so that a caller reusing its dicts and lists
     after the call cannot change what a replay writes. Other values (numbers, strings,
-    Arrow data) are immutable and kept as they are."""
+    Arrow data) are immutable and kept as they are; a DataFrame arrives here as Arrow,
+    copied where it shared the frame's memory (:mod:`merkle.db.frames`)."""
     if isinstance(value, Mapping):
         return {k: snapshot(v) for k, v in value.items()}
     if isinstance(value, list):
