@@ -250,8 +250,8 @@ def explain_later(
             f"{BLOCK_SIZE >> 20} MiB: pass --column-types {name}:{wider} to read it whole as "
             f"{wider}"
         )
-    if source.fmt != "jsonl" or options.rendered or source.path == "-":
-        return message  # stdin cannot be read again
+    if source.fmt != "jsonl" or options.rendered or options.free or source.path == "-":
+        return message  # stdin cannot be read again; typedjson names its own rows
     if "(after row " not in message:
         return message  # pyarrow named the row (and readerrors the field)
     try:

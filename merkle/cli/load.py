@@ -333,7 +333,8 @@ def load(
             except BadValueError as exc:
                 raise CliError(bad_value(source, exc, read)) from None
             except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-                said = read_error(source, options, schema, read, exc)
+                free = _free_commands(db, table, key_fields, created)
+                said = read_error(source, options, schema, read, exc, free)
                 raise CliError(explain_later(said, source, options, schema, read)) from None
             except MerkleError as exc:
                 advice = for_cli(str(exc), db, table)
@@ -430,6 +431,10 @@ def _read_options(
     key_fields, spec = table_key(database, table)
     table_schema = database.describe_table(table)["schema"]
     direct, rendered = _schema_types(table_schema, source.fmt)
+    # A schema-free field of JSON Lines is read as the JSON values it holds: it has no
+    # type, and a type --column-types gives it (as an error's advice once said) is not used.
+    free = tuple(f.name for f in table_schema or () if is_free(f)) if source.fmt == "jsonl" else ()
+    declared = {n: k for n, k in declared.items() if n not in free}
     key_types = _key_types(spec, key_fields, source.fmt)
     if source.fmt != "parquet":  # a key is written as on the command line: bytes as hex
         keyed = {n: k for n, k in key_types.items() if needs_converting(k, source.fmt)}
@@ -449,6 +454,7 @@ def _read_options(
         delimiter,
         nulls,
         rendered,
+        free,
     )
     unknown = [n for n in key_fields if n not in options.key_types and n not in rendered]
     if unknown and nulls != ("",):
@@ -458,6 +464,22 @@ def _read_options(
     binary = [f.name for f in table_schema or () if is_binary(f.type)]
     binary += [name for name, kind in declared.items() if is_binary(kind)]
     return options, binary
+
+
+def _free_commands(db: str, table: str, key_fields: list[str], created: bool) -> Any:
+    """The commands that make a field schema-free before the load is run again: a table
+    this load creates is created with it (``--schema-free``); an existing one gets the
+    field, then makes it free (``table alter`` changes a field one way per call)."""
+    if created:
+        key = ",".join(names_text([name]) for name in key_fields)
+        return lambda name: (
+            f"create the table first: merkle table create {db} {table} --key {key} "
+            f"--schema-free {names_text([name])}, then load into it"
+        )
+    return lambda name: (
+        f"merkle table alter {db} {table} --add {names_text([name])}:string, then "
+        f"merkle table alter {db} {table} --free {names_text([name])}"
+    )
 
 
 def _check_columns(schema: pa.Schema, path: str, key_fields: list[str]) -> None:

@@ -11,7 +11,7 @@ which row the block began.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -34,8 +34,10 @@ __all__ = ["bad_value", "locate_json_error", "read_error"]
 
 #: pyarrow's row, counted from 0 in the block, at the end of its JSON errors.
 _IN_ROW = re.compile(r"\s+in row (\d+)$")
-#: pyarrow's JSON error for a column whose values (or a part of them) change kind.
-_CHANGED = re.compile(r"Column\(/([^/()]+)[^()]*\) changed from \w+ to \w+")
+#: pyarrow's JSON error for a column whose values (or a part of them: ``/m/[]``, ``/m/x``)
+#: change kind; group 1 is the column, group 2 the part inside it (empty for the values),
+#: groups 3 and 4 the kinds.
+_CHANGED = re.compile(r"Column\(/([^/()]+)([^()]*)\) changed from (\w+) to (\w+)")
 
 
 def where(read: int) -> str:
@@ -49,9 +51,12 @@ def read_error(
     schema: pa.Schema | None,
     read: int,
     exc: BaseException,
+    make_free: Callable[[str], str] | None = None,
 ) -> str:
     """The one line saying why ``source`` could not be read (the row, where it is found).
-    ``read``: the rows of the file read before the block that failed."""
+    ``read``: the rows of the file read before the block that failed; ``make_free``: the
+    commands that make a field schema-free in the table loaded (for the advice to a field
+    whose values differ in kind, which no Arrow type holds)."""
     head = f"cannot read {source.name} as {source.fmt}: "
     if isinstance(exc, UnicodeDecodeError):
         return head + (
@@ -83,13 +88,30 @@ def read_error(
     if changed is not None and changed.group(1) in expected:  # stdin: not read again
         name = changed.group(1)
         said += f"; field {name!r} is read as {expected[name]}: write {_how(expected[name])}"
-    elif changed is not None:  # a column inferred from its first values, then another kind
-        name = changed.group(1)
-        said += (
-            f"; give column {name!r} one type: --column-types {name}:TYPE (such as "
-            f'{name}:float64 for numbers written with "NaN", or {name}:string)'
-        )
+    elif changed is not None and changed.group(1) not in options.free:
+        # A column inferred from its first values, then another kind: no type given to it
+        # reads both (pyarrow's JSON reader converts no kind to another: a number is not
+        # read as a string); a field whose values differ in kind is a schema-free field.
+        kinds = {changed.group(3), changed.group(4)}
+        said += _changed_advice(changed.group(1), changed.group(2), kinds, make_free)
     return head + said
+
+
+def _changed_advice(
+    name: str, inside: str, kinds: set[str], make_free: Callable[[str], str] | None
+) -> str:
+    """The advice to a JSON column ``name`` whose values (``inside``: a part of them,
+    such as ``/[]``) change from one of ``kinds`` to the other: a schema-free field
+    takes values of any kind, and float64 reads the text ``merkle scan`` writes for NaN
+    and infinities among numbers."""
+    how = f" ({make_free(name)})" if make_free is not None else ""
+    free = f"make {name!r} a schema-free field of the table{how}, which keeps each value as it is"
+    if inside or kinds != {"number", "string"}:
+        return f"; its values differ in kind: {free}"
+    return (
+        f'; for numbers written with "NaN" or "Infinity" pass --column-types {name}:float64; '
+        f"for values of different kinds, {free}"
+    )
 
 
 def bad_value(source: Source, exc: BadValueError, read: int) -> str:

@@ -84,6 +84,9 @@ class ReadOptions:
     #: Fields read as the text ``merkle scan`` writes and converted to these types
     #: (``merkle.cli.rendered``): hex bytes, durations, a CSV cell's JSON, ...
     rendered: Mapping[str, pa.DataType] = field(default_factory=dict)
+    #: The table's schema-free fields, read from JSON Lines as the JSON values the lines
+    #: hold (no type, inferred or given: a value of any kind, as ``merkle scan`` wrote it).
+    free: tuple[str, ...] = ()
 
     def reader_types(self) -> dict[str, pa.DataType]:
         """The types the reader gives columns: a rendered field is read as text."""
@@ -420,11 +423,13 @@ def read_batches(source: Source, options: ReadOptions) -> Iterator[pa.RecordBatc
             source.schema = reader.schema
             for batch in reader:
                 yield _converted(_nulls_in_strings(batch, options), options, inferred)
-        elif options.rendered:
+        elif options.rendered or options.free:
             from merkle.cli.typedjson import read_typed_json
 
             plain = {n: k for n, k in types.items() if n not in options.rendered}
-            typed = read_typed_json(stream, BLOCK_SIZE, plain, options.rendered, options.key_fields)
+            typed = read_typed_json(
+                stream, BLOCK_SIZE, plain, options.rendered, options.key_fields, options.free
+            )
             for batch in typed:
                 if source.schema is None:
                     source.schema = batch.schema

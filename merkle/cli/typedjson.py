@@ -16,6 +16,14 @@ blocks of whole lines:
 
 The fields the table does not type keep the types pyarrow chose in the first
 block, as its streaming reader keeps them.
+
+The table's schema-free fields have no type: a value there may be of any kind
+(``[1, "a"]``, an object whose members differ from line to line, a number
+beyond int64), which pyarrow's inference cannot read or would change (a
+member absent from one object made null, ``2**70`` made a float). A file
+that holds them is decoded line by line, and their values are stored as the
+JSON holds them (CBOR, as ``Database.write`` stores a schema-free value):
+``merkle scan -f jsonl`` output loads back as the records it came from.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from merkle.cli.rendered import (
     typed_array,
     typed_column,
 )
+from merkle.tablets.cbor import cbor_array, cbor_field
 
 __all__ = ["json_line", "read_typed_json"]
 
@@ -84,12 +93,14 @@ def read_typed_json(
     plain: Mapping[str, pa.DataType],
     typed: Mapping[str, pa.DataType],
     key_fields: Sequence[str],
+    free: Sequence[str] = (),
 ) -> Iterator[pa.RecordBatch]:
     """The record batches of the JSON Lines ``stream``: ``plain`` fields read by pyarrow as
     these types, ``typed`` ones converted from their rendering (BadValueError if one does not
-    convert; its row counts from 0 in the batch)."""
+    convert; its row counts from 0 in the batch), ``free`` (schema-free) ones as the JSON
+    values the lines hold, in CBOR columns."""
     fast = {name: _fast_type(kind) for name, kind in typed.items()}
-    line_by_line = any(kind is None for kind in fast.values())
+    line_by_line = bool(free) or any(kind is None for kind in fast.values())
     learned: dict[str, pa.DataType] = {}
     order: list[str] = []
     carry = b""
@@ -104,9 +115,9 @@ def read_typed_json(
             if not line_by_line:
                 batch = _by_pyarrow(block, {**learned, **plain}, fast, typed)
             if batch is None:
-                batch = _line_by_line(block, {**learned, **plain}, typed, key_fields)
+                batch = _line_by_line(block, {**learned, **plain}, typed, key_fields, free)
             if not learned:
-                known = {**plain, **typed}
+                known = {**plain, **typed, **dict.fromkeys(free)}
                 learned = {f.name: f.type for f in batch.schema if f.name not in known}
             # The columns in one order in every batch (the first block's, then new ones).
             order += [name for name in batch.schema.names if name not in order]
@@ -161,9 +172,10 @@ def _line_by_line(
     plain: Mapping[str, pa.DataType],
     typed: Mapping[str, pa.DataType],
     key_fields: Sequence[str],
+    free: Sequence[str] = (),
 ) -> pa.RecordBatch:
     """``block`` decoded one line at a time: the typed fields converted by their types,
-    the others read by pyarrow."""
+    the schema-free ones (``free``) kept as decoded, the others read by pyarrow."""
     records: list[dict[str, Any]] = []
     for line in block.split(b"\n"):
         if not line.strip():
@@ -178,13 +190,19 @@ def _line_by_line(
             raise BadValueError("is not a JSON object", shown, len(records))
         records.append(record)
     names = list(dict.fromkeys(name for record in records for name in record))
-    rest = [name for name in names if name not in typed]
+    rest = [name for name in names if name not in typed and name not in free]
+    kept = [name for name in names if name in free]
+    _refuse_overflowed(records, rest + kept, key_fields)
     columns: dict[str, pa.Array] = {}
+    fields: dict[str, pa.Field] = {}
     if rest:
-        _refuse_overflowed(records, rest, key_fields)
         text = "\n".join(json.dumps({n: r[n] for n in rest if n in r}) for r in records)
         others = _read(text.encode(), {n: plain[n] for n in rest if n in plain})
         columns = {name: others.column(name) for name in rest}
+    for name in kept:  # stored as decoded: the form Database.write gives such a value
+        values = [record.get(name) for record in records]
+        columns[name] = cbor_array(name, values, lambda row: f"row {row + 1} of the block")
+        fields[name] = cbor_field(name)
     for name in names:
         if name in typed:
             try:
@@ -194,7 +212,8 @@ def _line_by_line(
                     key = [records[exc.row].get(field) for field in key_fields]
                     exc.key = key[0] if len(key) == 1 else tuple(key)
                 raise
-    return pa.RecordBatch.from_arrays([columns[name] for name in names], names=names)
+    schema = pa.schema([fields.get(name) or pa.field(name, columns[name].type) for name in names])
+    return pa.RecordBatch.from_arrays([columns[name] for name in names], schema=schema)
 
 
 def _refuse_overflowed(
