@@ -176,7 +176,8 @@ class ReaderLeaseKeeper:
 
     def _renew_loop(self) -> None:
         while True:
-            self._wake.wait(self.ttl / 4)
+            # a quarter of the time the lease is valid to its holder (ttl less the margin)
+            self._wake.wait(self.leases.timing.renewal_interval(self.ttl))
             self._wake.clear()
             if self._stop.is_set():
                 with self._lock:

@@ -55,7 +55,7 @@ def held_gc_lock(lock: GCLock, ttl: float, timing: Timing) -> Iterator[GCLock]:
     stop = threading.Event()
 
     def renew() -> None:
-        while not stop.wait(ttl / 3):
+        while not stop.wait(timing.renewal_interval(ttl, 3)):  # of its valid time
             with contextlib.suppress(Exception):
                 lock.renew(ttl)
 

@@ -157,6 +157,15 @@ class Timing:
             "process first saw it unchanged"
         )
 
+    def renewal_interval(self, ttl: float, parts: int = 4) -> float:
+        """Seconds between renewals of something held for ``ttl`` seconds: a ``parts``-th
+        of the time its holder counts it valid (``ttl`` less the margin), so that a
+        renewal that comes late, or fails, leaves ``parts - 1`` more before the holder
+        loses it. A ``parts``-th of ``ttl`` itself came too late where the margin is most
+        of ``ttl``: a lease of 6 s was valid to its holder for 1 s and first renewed after
+        1.5 s, when renewing it was refused."""
+        return max(0.0, float(ttl) - self.margin) / parts
+
     def check_ttl(self, ttl: object, what: str) -> float:
         """``ttl`` as float seconds, long enough to be useful to its holder."""
         if not _finite(ttl) or float(ttl) <= self.margin:  # type: ignore[arg-type]

@@ -104,8 +104,12 @@ class WriterSession:
         _SESSIONS.add(self)
 
     def _usable(self, lease: Lease) -> bool:
-        # Keep a margin of half the TTL, so a commit never runs into the expiry.
-        return self.leases.timing.holder_valid(lease.expires - self.ttl / 2)
+        # Keep half the time the lease is valid to its holder (the TTL less the skew
+        # margin) in hand, so a commit never runs into the expiry. Half the TTL itself
+        # was more than that time where the margin is half the TTL or more: no lease was
+        # ever usable, and every commit took a new one.
+        timing = self.leases.timing
+        return timing.holder_valid(lease.expires - timing.renewal_interval(self.ttl, 2))
 
     def _closed_error(self) -> UsageError:
         return UsageError(
@@ -236,7 +240,8 @@ class WriterSession:
 
     def _maintain(self) -> None:
         # Poll often enough that a waiting collector is not held up for long.
-        interval = max(0.05, min(self.idle, self.ttl / 4) / 8)
+        every = self.leases.timing.renewal_interval(self.ttl)
+        interval = max(0.05, min(self.idle, every) / 8)
         while not self._wake.wait(interval):
             with self._lock:
                 if self._lease is None and not self._retired:

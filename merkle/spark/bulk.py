@@ -66,7 +66,7 @@ from merkle.spark.jobs import (
     run_groups,
 )
 from merkle.spark.lake import hold_lease, open_lake
-from merkle.spark.options import DRIVER_LEASE_TTL, WriteOptions, lake_ref
+from merkle.spark.options import DRIVER_LEASE_TTL, WriteOptions, lake_ref, lease_ttl_seconds
 from merkle.spark.planning import start_job
 from merkle.spark.shuffle import pack_groups, partition_tags
 from merkle.spark.zones import session_zone
@@ -113,7 +113,7 @@ def write(
     """
     if mode.lower() not in ("append", "overwrite"):  # any case, as Spark's own modes
         raise UsageError(f"mode must be 'append' or 'overwrite', got {mode!r}")
-    ttl = DRIVER_LEASE_TTL if lease_ttl is None else lease_ttl
+    ttl = DRIVER_LEASE_TTL if lease_ttl is None else lease_ttl_seconds(lease_ttl, "argument")
     opts = WriteOptions(lake_ref(lake, options), db, table, key, key_codec, message, author, ttl)
     with raised_as_merkle_errors():
         return _run(df, opts, "replace" if mode.lower() == "overwrite" else "upsert", rows_per_task)
@@ -133,7 +133,7 @@ def delete(
     **options: Any,
 ) -> Database:
     """Delete the records whose keys ``keys_df`` holds (its key-named column, or its only one)."""
-    ttl = DRIVER_LEASE_TTL if lease_ttl is None else lease_ttl
+    ttl = DRIVER_LEASE_TTL if lease_ttl is None else lease_ttl_seconds(lease_ttl, "argument")
     opts = WriteOptions(lake_ref(lake, options), db, table, None, None, message, author, ttl)
     conn = open_lake(opts.lake)
     stored = committed_table(conn.open_db(db), table)

@@ -54,11 +54,18 @@ def _close_lakes() -> None:
 
 
 class _Renewer:
-    """Renews the leases that running tasks of this worker hold."""
+    """Renews the leases that running tasks of this worker hold.
+
+    Each lease is renewed every quarter of the time its holder counts it valid
+    (its ttl less the skew margin: :meth:`~merkle.refs.timing.Timing.renewal_interval`),
+    not every quarter of its ttl, which came after that time for a ttl below 4/3 of the
+    margin (6 s: valid 1 s, first renewed after 1.5 s, and never after).
+    """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.held: dict[str, tuple[LakeRef, Lease, float, int]] = {}
+        # lease id -> (lake, lease as last renewed, ttl, seconds between renewals, holds)
+        self.held: dict[str, tuple[LakeRef, Lease, float, float, int]] = {}
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
 
@@ -66,12 +73,13 @@ class _Renewer:
         with self.lock:
             found = self.held.get(lease.id)
             current = found[1] if found else lease
-            count = found[3] if found else 0
+            count = found[4] if found else 0
             if count == 0:
                 current = _renew(lake, current, ttl)  # also proves it has not expired
-            shortest = min((held[2] for held in self.held.values()), default=ttl)
-            self.held[lease.id] = (lake, current, ttl, count + 1)
-            if ttl < shortest:  # the loop sleeps for a longer lease's quarter: wake it
+            every = open_lake(lake).leases.timing.renewal_interval(ttl)
+            shortest = min((held[3] for held in self.held.values()), default=every)
+            self.held[lease.id] = (lake, current, ttl, every, count + 1)
+            if every < shortest:  # the loop sleeps for a longer lease's interval: wake it
                 self.wake.set()
             if self.thread is None or not self.thread.is_alive():
                 self.thread = threading.Thread(
@@ -86,11 +94,11 @@ class _Renewer:
 
     def leave(self, lease: Lease) -> None:
         with self.lock:
-            lake, current, ttl, count = self.held[lease.id]
+            lake, current, ttl, every, count = self.held[lease.id]
             if count <= 1:
                 del self.held[lease.id]
             else:
-                self.held[lease.id] = (lake, current, ttl, count - 1)
+                self.held[lease.id] = (lake, current, ttl, every, count - 1)
 
     def loop(self) -> None:
         while True:
@@ -98,18 +106,18 @@ class _Renewer:
                 if not self.held:
                     self.thread = None
                     return
-                wait = min(ttl for _, _, ttl, _ in self.held.values()) / 4
+                wait = min(held[3] for held in self.held.values())
             self.wake.wait(wait)
             self.wake.clear()  # a lease entered from here on is in the items below
             with self.lock:
                 items = list(self.held.items())
-            for lease_id, (lake, lease, ttl, _) in items:
+            for lease_id, (lake, lease, ttl, _, _) in items:
                 with contextlib.suppress(Exception):
                     renewed = _renew(lake, lease, ttl)
                     with self.lock:
                         entry = self.held.get(lease_id)
                         if entry is not None:
-                            self.held[lease_id] = (entry[0], renewed, entry[2], entry[3])
+                            self.held[lease_id] = (entry[0], renewed, *entry[2:])
 
 
 def _renew(lake: LakeRef, lease: Lease, ttl: float) -> Lease:

@@ -9,6 +9,7 @@ the list of valid ones. doc/spark.md lists them all.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import os
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from merkle.errors import UsageError
+from merkle.refs.timing import Timing
 from merkle.refs.writer import DEFAULT_WRITER_TTL
 from merkle.tablets.keys import KeyCodec
 from merkle.tablets.keytext import key_from_text
@@ -30,6 +32,7 @@ __all__ = [
     "ReadOptions",
     "WriteOptions",
     "lake_ref",
+    "lease_ttl_seconds",
     "parse_key",
     "read_options",
     "write_options",
@@ -110,6 +113,25 @@ def _number(name: str, text: str, kind: type, least: float) -> Any:
     if value < least:
         raise UsageError(f"option {name!r} must be at least {least}, got {text!r}")
     return value
+
+
+def lease_ttl_seconds(value: object, given_as: str) -> float:
+    """``value`` (a number, or its text) as a lease ttl in seconds; UsageError unless it is
+    above the skew margin, the minimum every lease has (:meth:`Timing.check_ttl`): its
+    holder counts a lease valid for its ttl less the margin, and renews it every quarter
+    of that. This checks the ttl before a lease is taken, with the same words.
+
+    ``given_as``: ``"option"`` (the data source's ``lease_ttl`` option) or ``"argument"``
+    (the ``lease_ttl=`` of :func:`merkle.spark.write` and ``delete``).
+    """
+    number = value
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):  # else refused below, named as given
+            number = float(value)
+    what = "Spark job's lease (option 'lease_ttl')"
+    if given_as == "argument":
+        what = "Spark job's writer lease (lease_ttl=)"
+    return Timing().check_ttl(number, what)
 
 
 def lake_ref(uri: str, options: Mapping[str, Any]) -> LakeRef:
@@ -199,7 +221,7 @@ def read_options(options: Mapping[str, str]) -> ReadOptions:
         min_partitions=_number(
             "min_partitions", str(options.get("min_partitions", os.cpu_count() or 2)), int, 1
         ),
-        lease_ttl=_number("lease_ttl", str(options.get("lease_ttl", DEFAULT_LEASE_TTL)), float, 1),
+        lease_ttl=lease_ttl_seconds(options.get("lease_ttl", DEFAULT_LEASE_TTL), "option"),
     )
 
 
@@ -228,7 +250,7 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         key_codec=options.get("key_codec"),
         message=options.get("message"),
         author=options.get("author"),
-        lease_ttl=_number("lease_ttl", str(options.get("lease_ttl", DEFAULT_LEASE_TTL)), float, 1),
+        lease_ttl=lease_ttl_seconds(options.get("lease_ttl", DEFAULT_LEASE_TTL), "option"),
     )
 
 

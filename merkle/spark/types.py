@@ -37,6 +37,9 @@ from pyspark.sql.types import (
 
 from merkle.errors import UsageError
 from merkle.spark.variant import VariantError, from_variant, to_variant
+from merkle.tablets.dicts import decoded_values
+from merkle.tablets.fitexact import misfit_rows, row_text, safe_cast_may_round
+from merkle.tablets.schema import show_value
 from merkle.tablets.segment import (
     cbor_column,
     cbor_field,
@@ -287,20 +290,28 @@ class RowConverter:
             else:
                 try:
                     columns.append(_cast_values(column, field.type))
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError, _NotExactError) as exc:
                     raise UsageError(
                         f"field {name!r} holds {column.type} values that do not fit the "
-                        f"schema's {spark_field.dataType.simpleString()}: {exc}"
+                        f"schema's {spark_field.dataType.simpleString()}: {exc}; read the "
+                        "field as a type that holds its values (its stored type does)"
                     ) from None
         table = pa.Table.from_arrays(columns, schema=target)
         yield from table.to_batches(max_chunksize=max_rows)
 
 
+class _NotExactError(ValueError):
+    """A stored value the type a schema asks for holds only rounded (see :func:`_check_exact`)."""
+
+
 def _cast_values(column: pa.ChunkedArray | pa.Array, target: pa.DataType) -> Any:
-    """``column`` cast to ``target``, refused only for a value that does not fit (as Spark
-    casts): Arrow refuses an integer to a decimal whose precision is below the integer
-    type's whole range (int32 to decimal(5, 1)) even when every value fits, so such a
-    cast goes through the widest decimal of the target's scale, which checks values.
+    """``column`` cast to ``target``; ArrowInvalid or :class:`_NotExactError` for a value that
+    does not fit it exactly. Arrow refuses an integer to a decimal whose precision is
+    below the integer type's whole range (int32 to decimal(5, 1)) even when every value
+    fits, so such a cast goes through the widest decimal of the target's scale, which
+    checks values. Arrow's safe cast rounds a float into a narrower float (1e300 became
+    FLOAT's infinity), a decimal into a float and a float into a decimal without an
+    error: such a cast is checked as a write checks one (:func:`_check_exact`).
 
     A struct child Spark marks NOT NULL holds nulls under a null struct (or a null
     array element): Spark writes it so, and reads it so. Arrow's cast (even to the
@@ -309,14 +320,48 @@ def _cast_values(column: pa.ChunkedArray | pa.Array, target: pa.DataType) -> Any
     if column.type == target:
         return column
     relaxed = _relaxed(target)
+    stored = column
     if pa.types.is_decimal(target) and pa.types.is_integer(column.type):
         column = column.cast(pa.decimal128(38, target.scale))
     cast = column.cast(relaxed)
-    if relaxed == target:
-        return cast
-    if isinstance(cast, pa.ChunkedArray):
-        return pa.chunked_array([_relabel(chunk, target) for chunk in cast.chunks], target)
-    return _relabel(cast, target)
+    _check_exact(stored, cast)
+    return _as_type(cast, target)
+
+
+def _check_exact(column: pa.ChunkedArray | pa.Array, cast: pa.ChunkedArray | pa.Array) -> None:
+    """:class:`_NotExactError` naming the first value of ``column`` that ``cast`` (it cast by
+    Arrow's safe cast) holds only rounded, where that cast may round at all
+    (:func:`~merkle.tablets.fitexact.safe_cast_may_round`).
+
+    The check is the write path's (:mod:`merkle.tablets.fitexact`): casting back must
+    give every value again, and a decimal and a float must be the same number. So a
+    value is read as written: NaN and the infinities stay themselves, -0.0 stays -0.0
+    in a float and is 0 in a decimal, as a write stores them.
+    """
+    if pa.types.is_dictionary(column.type):
+        column = decoded_values(column)
+    if not safe_cast_may_round(column.type, cast.type):
+        return
+    plain = _relaxed(column.type)  # a NOT NULL child may hold nulls under a null parent
+    column = _as_type(column, plain)
+    back = cast.cast(plain, safe=False)
+    misfits = misfit_rows(column, cast, back)
+    if misfits.any():
+        row = int(misfits.argmax())
+        raise _NotExactError(
+            f"the value {show_value(row_text(column, row))} would become "
+            f"{show_value(row_text(cast, row))}"
+        )
+
+
+def _as_type(column: pa.ChunkedArray | pa.Array, target: pa.DataType) -> pa.ChunkedArray | pa.Array:
+    """``column`` (of ``target``'s layout, nullability aside) as ``target`` (see
+    :func:`_relabel`)."""
+    if column.type == target:
+        return column
+    if isinstance(column, pa.ChunkedArray):
+        return pa.chunked_array([_relabel(chunk, target) for chunk in column.chunks], target)
+    return _relabel(column, target)
 
 
 def _relaxed(kind: pa.DataType) -> pa.DataType:

@@ -12,10 +12,16 @@ digit as 0.1 again. A float is exactly a decimal of scale ``s`` only when it has
 no more than ``s`` decimal places, which is when ``f * 2**s`` is a whole number
 (``f`` is a binary fraction): :func:`misfit_rows` checks that too, both ways
 (decimal into a float field, float into a decimal field).
+
+Arrow's safe cast is no proof either where it rounds without an error (a float
+into a narrower float, a decimal and a float into each other):
+:func:`safe_cast_may_round` says when, so that a reader casting stored values to
+a type asked for (a Spark user schema) checks them as a write does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -25,7 +31,7 @@ from merkle.lazy import compute as pc
 from merkle.tablets.dicts import decoded_values
 from merkle.tablets.schema import is_list_type
 
-__all__ = ["misfit_rows", "needs_exactness_check", "row_text"]
+__all__ = ["misfit_rows", "needs_exactness_check", "row_text", "safe_cast_may_round"]
 
 _Mask: TypeAlias = "np.ndarray[Any, np.dtype[np.bool_]]"
 Column: TypeAlias = pa.Array | pa.ChunkedArray
@@ -41,24 +47,56 @@ def needs_exactness_check(source: pa.DataType, target: pa.DataType) -> bool:
     """Whether a cast from ``source`` to ``target`` puts a decimal into a float or a float
     into a decimal anywhere (at the top, or inside lists, structs and maps), where a
     round trip that gives the value back does not prove the field holds it exactly."""
+    return _anywhere(source, target, _is_decimal_float)
+
+
+def safe_cast_may_round(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether Arrow's safe cast from ``source`` to ``target`` may change a value without
+    an error anywhere (at the top, or inside lists, structs and maps): it checks an
+    integer's range and a float's fraction into an integer, but rounds a float into a
+    narrower float (one beyond its range becomes an infinity), a decimal into a float
+    and a float into a decimal. Such a cast is proved exact by :func:`misfit_rows`."""
+    return _anywhere(source, target, _rounds)
+
+
+def _is_decimal_float(source: pa.DataType, target: pa.DataType) -> bool:
+    return _decimal_float(source, target) is not None
+
+
+def _rounds(source: pa.DataType, target: pa.DataType) -> bool:
+    """Whether Arrow's safe cast of one value of ``source`` into ``target`` may round it."""
+    narrower = (
+        pa.types.is_floating(source)
+        and pa.types.is_floating(target)
+        and target.bit_width < source.bit_width
+    )
+    return narrower or _is_decimal_float(source, target)
+
+
+def _anywhere(
+    source: pa.DataType, target: pa.DataType, leaf: Callable[[pa.DataType, pa.DataType], bool]
+) -> bool:
+    """Whether ``leaf`` holds for a pair of types at the top of a cast from ``source`` to
+    ``target`` or anywhere inside them (list items, struct fields of one name, map keys
+    and values)."""
     if pa.types.is_dictionary(source):
         source = source.value_type
     if pa.types.is_dictionary(target):
         target = target.value_type
-    if _decimal_float(source, target) is not None:
+    if leaf(source, target):
         return True
     if pa.types.is_map(source) and pa.types.is_map(target):
-        return needs_exactness_check(source.key_type, target.key_type) or (
-            needs_exactness_check(source.item_type, target.item_type)
+        return _anywhere(source.key_type, target.key_type, leaf) or (
+            _anywhere(source.item_type, target.item_type, leaf)
         )
     if pa.types.is_struct(source) and pa.types.is_struct(target):
         return any(
-            needs_exactness_check(field.type, target.field(field.name).type)
+            _anywhere(field.type, target.field(field.name).type, leaf)
             for field in source
             if target.get_field_index(field.name) >= 0
         )
     if is_list_type(source) and is_list_type(target):
-        return needs_exactness_check(source.value_type, target.value_type)
+        return _anywhere(source.value_type, target.value_type, leaf)
     return False
 
 
