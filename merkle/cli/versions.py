@@ -68,12 +68,13 @@ def diff(
     if v1 is None:
         from merkle.db.ancestry import drop_below, last_change
 
-        made = last_change(conn, new.entry)
+        entry = new.entry  # a copy each time it is read: ``made is entry`` below
+        made = last_change(conn, entry)
         # A version that created the database again follows its drop: a new line, with
         # no parent either (diffing against the drop would say the live one is dropped).
         drop = drop_below(conn, made)
         if made.parent is None or drop is not None:
-            fence = "" if made is new.entry else f" is a gc fence over version {made.version}"
+            fence = "" if made is entry else f" is a gc fence over version {made.version}"
             again = (
                 ""
                 if drop is None

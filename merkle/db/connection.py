@@ -361,7 +361,7 @@ class Connection:
                     "a clone keeps its source's metadata: pass metadata or root, not both"
                 )
             return self._clone(name, root, message, author)
-        check_metadata(metadata, f"metadata of database {name!r}")
+        metadata = check_metadata(metadata, f"metadata of database {name!r}")  # a copy
         node = DbRoot({}, metadata).to_node()
         from merkle.db.landing import after_the_entry, before_the_entry  # writes only
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from merkle.blocks.cid import CID
 from merkle.db.commit import continues_committed
+from merkle.db.copies import snapshot
 from merkle.db.dbroot import DbRoot
 from merkle.db.inputs import (
     as_rows,
@@ -127,8 +128,8 @@ class Database(RecordOps):
 
     @property
     def entry(self) -> JournalEntry:
-        """The journal entry of the committed version this value is based on."""
-        return self._entry
+        """The journal entry of the committed version this value is based on (a copy)."""
+        return self._entry.detached()
 
     @property
     def leased(self) -> bool:
@@ -303,8 +304,8 @@ class Database(RecordOps):
         check_function(fn, f"alter_table_meta of table {name!r}: fn")
         state = self._state(name)
         table = state.current(self.version + 1)
-        was = table.root.meta
-        meta = check_metadata(fn(db_ops.snapshot(was), *args), f"metadata of table {name!r}")
+        was, args = table.root.meta, snapshot(args)  # the op keeps args: a replay's input
+        meta = check_metadata(fn(snapshot(was), *args), f"metadata of table {name!r}")
         if same_metadata(meta, was):
             return self
         op = db_ops.AlterTableMeta(name, table.root.uid, fn, args)
@@ -510,7 +511,8 @@ class Database(RecordOps):
 
     @property
     def metadata(self) -> Any:
-        return self._meta
+        """A copy of the metadata: the value's own is shared (see :mod:`merkle.db.copies`)."""
+        return snapshot(self._meta)
 
     @continues_committed
     def alter_db_meta(self, fn: Callable[..., Any], *args: Any) -> Database:
@@ -519,9 +521,9 @@ class Database(RecordOps):
         metadata already is changes nothing and is not recorded: no version, and no
         replay over a concurrent commit's metadata (doc/api.md "Commit and conflicts")."""
         check_function(fn, "alter_db_meta: fn")
-        was = self._meta
+        was, args = self._meta, snapshot(args)  # the op keeps args: a replay's input
         what = f"metadata of database {self.name!r}"
-        meta = check_metadata(fn(db_ops.snapshot(was), *args), what)
+        meta = check_metadata(fn(snapshot(was), *args), what)
         if same_metadata(meta, was):
             return self
         # Back to the base's metadata (changed and changed back): no change to commit.
@@ -550,7 +552,7 @@ class Database(RecordOps):
             "version": self.version,
             "tables": tables,
             "updated_at": self._base.updated_at,
-            "metadata": self._meta,
+            "metadata": snapshot(self._meta),  # a copy: see the metadata property
         }
 
     # -- commit --------------------------------------------------------------------

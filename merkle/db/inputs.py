@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from merkle.blocks.codec import encode_node
 from merkle.blocks.nesting import MAX_CBOR_DEPTH
+from merkle.db.copies import snapshot
 from merkle.db.frames import pandas_table
 from merkle.errors import SchemaError, UsageError
 from merkle.tablets.conform import KeyLayout
@@ -372,17 +373,20 @@ def check_field_name(name: str, table: str) -> str:
 
 
 def check_metadata(value: Any, what: str) -> Any:
-    """``value`` if it can be stored in a node (DAG-CBOR), else a UsageError naming ``what``.
+    """A copy of ``value`` if it can be stored in a node (DAG-CBOR), else a UsageError
+    naming ``what``.
 
     Metadata sits in its root node's map, so it has one level less than a node
     (:data:`~merkle.blocks.nesting.MAX_CBOR_DEPTH`): deeper, the root would be
-    written but could not be read.
+    written but could not be read. The copy (:func:`~merkle.db.copies.snapshot`) is
+    what the value keeps: the caller's dict, kept, would let an edit of it after the
+    call change the value, and the next commit store the edit.
     """
     try:
         encode_node(value, room=MAX_CBOR_DEPTH - 1)
     except UsageError as exc:
         raise UsageError(f"{what} cannot be stored: {exc}") from None
-    return value
+    return snapshot(value)
 
 
 def same_metadata(new: Any, old: Any) -> bool:

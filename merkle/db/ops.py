@@ -17,8 +17,9 @@ matched nothing): on the new head it may change rows. A metadata function
 whose result is the metadata there already is the exception: it is not
 recorded (re-applied over a concurrent commit, it could only undo that
 commit's change; see ``Database.alter_db_meta``). What an operation
-keeps of the caller's input is copied when it is made (:func:`snapshot`), so
-a caller that reuses its dicts and lists cannot change what a replay writes.
+keeps of the caller's input is copied when it is made
+(:func:`~merkle.db.copies.snapshot`), so a caller that reuses its dicts and
+lists cannot change what a replay writes.
 A failure of a replayed operation, the user's own functions included
 (``delete_where``, ``alter_db_meta``, ``alter_table_meta``, an upsert
 ``condition``), is a ``ConflictError`` naming the version replayed on.
@@ -30,9 +31,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pyarrow as pa
 
+from merkle.db.copies import snapshot
 from merkle.errors import ConflictError, UsageError
 from merkle.lazy import compute as pc
 from merkle.tablets.evolve import SchemaChange
@@ -128,28 +129,6 @@ def _replayed(
             f"cannot replay {where} on version {db.version} of database "
             f"{db.name!r}, which a concurrent commit made: {exc}; {_REDO}"
         ) from exc
-
-
-def snapshot(value: Any) -> Any:
-    """``value`` with every dict, list, set, bytearray and NumPy array in it copied: what an
-    operation keeps of the caller's input, so that a caller reusing its dicts and lists
-    after the call cannot change what a replay writes. Other values (numbers, strings,
-    Arrow data) are immutable and kept as they are; a DataFrame arrives here as Arrow,
-    copied where it shared the frame's memory (:mod:`merkle.db.frames`)."""
-    if isinstance(value, Mapping):
-        return {k: snapshot(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [snapshot(v) for v in value]
-    if isinstance(value, tuple):  # a composite key, a namedtuple: kept unless it holds a list
-        copied = [snapshot(v) for v in value]
-        return value if all(a is b for a, b in zip(copied, value, strict=True)) else tuple(copied)
-    if isinstance(value, set):
-        return {snapshot(v) for v in value}
-    if isinstance(value, bytearray):
-        return bytearray(value)
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    return value
 
 
 def _gone_fields(

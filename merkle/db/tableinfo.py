@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from merkle.blocks.cid import CID
+from merkle.db.copies import snapshot
 from merkle.errors import MerkleError, NotFoundError, UsageError
 from merkle.tablets.keys import infer_key_codec_arrow
 from merkle.tablets.keytimes import key_field_types, record_key
@@ -45,7 +46,7 @@ def describe_table(
             "patch_limit": root.limits.patch,
             "patch_share": root.limits.patch_share,
         },
-        "metadata": root.meta,
+        "metadata": snapshot(root.meta),  # the root's own is shared by the cached roots
         "schema": root.schema,
     }
 

@@ -37,7 +37,8 @@ naming its key, never a wrong answer.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from copy import deepcopy
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -116,6 +117,21 @@ class JournalEntry:
 
     def __hash__(self) -> int:
         return hash((self.db, self.version, self.root, self.time))
+
+    def detached(self) -> JournalEntry:
+        """This entry with dicts of its own (``meta``, ``forked_from``, ``merged_from``).
+
+        The dataclass is frozen but its dicts are not: an entry a reader caches (the
+        head) and also hands out would let an edit of the caller's copy change the
+        cache, what ``fence`` says of the head, a merge's lineage, and what a tag of
+        the version stores. So the cache keeps its own, and hands out copies.
+        """
+        return replace(
+            self,
+            meta=deepcopy(self.meta),
+            forked_from=deepcopy(self.forked_from),
+            merged_from=deepcopy(self.merged_from),
+        )
 
 
 @dataclass(frozen=True)

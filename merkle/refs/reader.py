@@ -89,7 +89,7 @@ class JournalReader:
         with self._lock:
             known = self._known.get(entry.db)
             if known is None or known.version < entry.version:
-                self._known[entry.db] = entry
+                self._known[entry.db] = entry.detached()  # its own: the caller has entry
 
     def floor(self, db: str) -> int:
         """The retention floor of ``db``: every version below it was trimmed (0 if none).
@@ -147,7 +147,7 @@ class JournalReader:
                 # passed it, so read after this miss, a floor at or below the cached
                 # head proves it is still the head; a higher one means it was trimmed.
                 if known.version >= self._floor_hint(db):
-                    return known
+                    return known.detached()  # a copy: the cache is this reader's own
                 with self._lock:
                     if self._known.get(db) is known:
                         del self._known[db]

@@ -57,7 +57,7 @@ from merkle.tablets.schema import (
 )
 from merkle.tablets.segment import cbor_array, cbor_field, column_values
 
-__all__ = ["SchemaChange", "can_widen", "plan_change", "rewrite_rows"]
+__all__ = ["SchemaChange", "can_widen", "plan_change", "rewrite_rows", "untyped_schema"]
 
 
 @dataclass(frozen=True)
@@ -220,6 +220,13 @@ class Plan:
     rewrite: bool
 
 
+def untyped_schema(key: KeyLayout) -> pa.Schema:
+    """What a change starts from on a table with no schema yet (created without one, never
+    written): the key fields first, as a first write would put them, of type null until a
+    write (or an add of them) types them."""
+    return pa.schema([pa.field(n, pa.null()) for n in key.fields])
+
+
 def plan_change(
     schema: pa.Schema | None,
     key: KeyLayout,
@@ -232,9 +239,7 @@ def plan_change(
     ``codec`` is the table's key codec, if it has one: a key field typed by the change
     (added before the first write, or widened from null) must be of a type it stores.
     """
-    # No schema yet (created without one, never written): the key fields come first, as a
-    # first write would put them, of type null until a write (or an add of them) types them.
-    fields = list(schema) if schema is not None else [pa.field(n, pa.null()) for n in key.fields]
+    fields = list(schema if schema is not None else untyped_schema(key))
     untyped_keys = set(key.fields) if schema is None else set()
 
     def index(name: str, what: str) -> int:

@@ -503,11 +503,17 @@ class Table(TableReads):
                 "this table was written before merkle-db kept schemas: it has none to alter "
                 "(its fields are schema-free); copy it into a new table to give it one"
             )
-        from merkle.tablets.evolve import plan_change, rewrite_rows  # when a schema changes
+        from merkle.tablets.evolve import plan_change, rewrite_rows, untyped_schema
 
         plan = plan_change(
             self.root.schema, self.key, self.root.families, change, self.root.key_codec
         )
+        # Never written and created without a schema: plan_change starts from the key fields
+        # typed null. A change that ends there changes nothing (doc/api.md: no version), and
+        # the table keeps no schema, as before, for its first write to type.
+        untouched = plan.schema.equals(untyped_schema(self.key), check_metadata=True)
+        if self.root.schema is None and untouched and plan.families == self.root.families:
+            return self
         if not plan.rewrite:
             return self._with(schema=plan.schema, renamed=plan.renamed)
         flushed = self.flush()
