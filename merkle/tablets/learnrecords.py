@@ -139,15 +139,21 @@ def _shaped(old: pa.DataType, inferred: pa.DataType) -> pa.DataType:
     list where ``old`` has a large or fixed-size list of that kind (Python's lists
     have no width: pyarrow infers every one as ``list``). Elsewhere ``inferred``; at a
     place whose shape the values did not have, ``old`` (they are refused when the
-    field is built)."""
+    field is built): a map's value not reshaped into entries (an item that is no
+    entry, so the inferred structs are not exactly ``{key, value}``), and a map's key
+    of no type (every key None: Arrow has no map of null keys, and pyarrow's
+    ``map_`` raises a ValueError for one)."""
     types = pa.types
     if types.is_map(old):
         if not (types.is_list(inferred) and types.is_struct(inferred.value_type)):
             return old
         entry = inferred.value_type
-        key = entry.field("key").type if entry.get_field_index("key") >= 0 else pa.null()
-        item = entry.field("value").type if entry.get_field_index("value") >= 0 else pa.null()
-        return pa.map_(_shaped(old.key_type, key), _shaped(old.item_type, item))
+        if sorted(member.name for member in entry) != ["key", "value"]:
+            return old  # not reshaped: some item is no entry of the map
+        key = _shaped(old.key_type, entry.field("key").type)
+        if pa.types.is_null(key):
+            key = old.key_type  # every key None: no key type learned (and none is null)
+        return pa.map_(key, _shaped(old.item_type, entry.field("value").type))
     if is_list_type(old) and types.is_list(inferred):
         item = _shaped(old.value_type, inferred.value_type)
         if types.is_fixed_size_list(old):

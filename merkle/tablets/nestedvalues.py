@@ -20,6 +20,12 @@ records are prepared here, field by field, before
   list of its Python items.
 * A map entry of None is not an exception in pyarrow but an abort of the
   whole process (an Arrow C++ check): it is refused here, naming the field.
+* A Python ``set`` given as a list value (or as a map's entries) is taken by
+  pyarrow, in its iteration order, without the checks a list gets: a
+  fixed-size list cut it to its size or built an invalid array, and its items
+  were not checked at all (``{1.5}`` into ``list<int64>`` was stored as
+  ``[1]``). It is given as the list of its items, so it is checked as a list
+  is, at every depth.
 
 Only types with a list or map inside are walked; the walk rebuilds a value
 only where it changed something.
@@ -112,6 +118,8 @@ def _list_preparer(item: pa.DataType) -> Prepare:
     inner = _preparer(item)
 
     def prepare(value: Any, where: _Where) -> Any:
+        if isinstance(value, set):
+            value = list(value)  # checked as a list (see the module doc)
         if isinstance(value, np.ndarray):
             value = _array_items(value, item, where)
             if not isinstance(value, list):
@@ -186,6 +194,8 @@ def _map_preparer(kind: pa.MapType) -> Prepare:
             return value if new is pairs else new
         if isinstance(value, np.ndarray) and value.dtype == object and value.ndim == 1:
             value = list(value)
+        if isinstance(value, set):
+            value = list(value)  # its entries checked as a list's (see the module doc)
         if not isinstance(value, list | tuple):
             return value  # pyarrow refuses it
         if any(item is None for item in value):

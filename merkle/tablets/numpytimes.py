@@ -123,28 +123,90 @@ def numpy_time_count(value: np.datetime64 | np.timedelta64, target: pa.DataType)
     return count
 
 
-def inferable(value: Any) -> Any:
-    """``value`` with each numpy time inside its lists, tuples and dicts in a form
-    pyarrow infers the type of :func:`numpy_time_type` from (a date of days or more as
-    ``datetime.date``, hours and minutes as seconds, units finer than ns as ns, ``NaT``
-    as None); ``value`` itself when it holds none. For inference only: the values
-    written are fitted as given."""
+def inferable(values: list[Any]) -> list[Any]:
+    """``values`` (one field's, by record) with each numpy time inside their lists,
+    tuples, sets and dicts in a form pyarrow infers the type of :func:`numpy_time_type`
+    from (a date of days or more as ``datetime.date``, hours and minutes as seconds,
+    units finer than ns as ns, ``NaT`` as None); ``values`` itself when they hold none.
+
+    pyarrow refuses numpy times of different units at one place ("Cannot mix NumPy
+    datetime64 units"), and a naive ``datetime`` or a ``timedelta`` beside one of
+    another unit than us. So, as at the top level (doc/api.md), where numpy times meet
+    others of another unit or Python ones (us) at one place, every one there is given
+    at the finest unit among them: a place is the items of a list (of every record's
+    list) or a dict's member of one name, at the same place above. For inference
+    only: the values written are fitted as given."""
+    units: dict[_Place, set[str]] = {}
+    for value in values:
+        _collect(value, (), units)
+    given = [_given(value, (), units) for value in values]
+    return values if all(a is b for a, b in zip(given, values, strict=True)) else given
+
+
+#: A place in a value: the steps down to it (``_ITEM`` for a list's items, a member's
+#: name for a dict's), and the kind of time (numpy's ``M`` or ``m``) found there.
+_Place = tuple[tuple[Any, ...], str]
+_ITEM = object()
+
+
+def _time_unit(value: Any) -> tuple[str, str, bool] | None:
+    """The kind (``M`` or ``m``), Arrow unit and numpy-ness of a time ``value`` that may
+    meet others at one place: a numpy time (not NaT, not a date), a naive ``datetime``
+    or a ``timedelta``; None for any other value."""
     if isinstance(value, NUMPY_TIMES):
-        if is_nat(value):
-            return None
         unit = _unit(value)
-        if isinstance(value, np.datetime64) and unit in _DATE_UNITS:
-            return datetime.date.fromordinal(_EPOCH + _attoseconds(value) // _ATTOSECONDS["D"])
-        if unit in _ATTOSECONDS and unit not in _ARROW_UNITS:
-            return value.astype(f"{value.dtype.kind}8[{_arrow_unit(unit)}]")
-        return value
-    if isinstance(value, list | tuple):
-        items = [inferable(item) for item in value]
+        if is_nat(value) or unit not in _ATTOSECONDS:
+            return None
+        if isinstance(value, np.datetime64):
+            return None if unit in _DATE_UNITS else ("M", _arrow_unit(unit), True)
+        return "m", _arrow_unit(unit), True
+    if isinstance(value, datetime.datetime):
+        return None if value.utcoffset() is not None else ("M", "us", False)
+    if isinstance(value, datetime.timedelta):
+        return "m", "us", False
+    return None
+
+
+def _collect(value: Any, path: tuple[Any, ...], units: dict[_Place, set[str]]) -> None:
+    """Into ``units``, the units of the times at each place of ``value`` (at ``path``)
+    where a numpy time is; a Python time's us is marked ``"py"`` until one is."""
+    found = _time_unit(value)
+    if found is not None:
+        kind, unit, is_numpy = found
+        held = units.setdefault((path, kind), set())
+        held.add(unit if is_numpy else "py")
+        return
+    if isinstance(value, list | tuple | set):
+        for item in value:
+            _collect(item, (*path, _ITEM), units)
+    elif isinstance(value, dict):
+        for name, member in value.items():
+            _collect(member, (*path, name), units)
+
+
+def _given(value: Any, path: tuple[Any, ...], units: dict[_Place, set[str]]) -> Any:
+    """``value`` (at ``path``) as :func:`inferable` gives it."""
+    if is_nat(value):
+        return None
+    if isinstance(value, np.datetime64) and _unit(value) in _DATE_UNITS:
+        return datetime.date.fromordinal(_EPOCH + _attoseconds(value) // _ATTOSECONDS["D"])
+    found = _time_unit(value)
+    if found is not None:
+        held = units[(path, found[0])]
+        numpy_units = [u for u in held if u != "py"]
+        if not numpy_units:
+            return value  # only Python times here: pyarrow types them itself
+        unit = finest_unit(numpy_units + (["us"] if "py" in held else []))
+        if not isinstance(value, NUMPY_TIMES):  # a Python time: microseconds
+            value = np.datetime64(value) if found[0] == "M" else np.timedelta64(value)
+        return value if _unit(value) == unit else value.astype(f"{value.dtype.kind}8[{unit}]")
+    if isinstance(value, list | tuple | set):
+        items = [_given(item, (*path, _ITEM), units) for item in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
-        return type(value)(items) if isinstance(value, tuple) else items
+        return tuple(items) if isinstance(value, tuple) else items
     if isinstance(value, dict):
-        members = {name: inferable(member) for name, member in value.items()}
+        members = {name: _given(member, (*path, name), units) for name, member in value.items()}
         if all(members[name] is member for name, member in value.items()):
             return value
         return members

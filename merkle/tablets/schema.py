@@ -418,8 +418,8 @@ def _inferred(values: list[Any]) -> pa.DataType:
     try:
         return pa.array(plain).type
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        given = [inferable(v) for v in plain]  # numpy times inside lists and dicts
-        if all(a is b for a, b in zip(given, plain, strict=True)):
+        given = inferable(plain)  # numpy times inside lists and dicts, units met
+        if given is plain:
             raise
         return pa.array(given).type
 
