@@ -18,6 +18,7 @@ import math
 import operator
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -179,8 +180,18 @@ def disagreeing_field(parts: Mapping[str, Any], record: Mapping[str, Any]) -> st
 
 
 def same_value(a: Any, b: Any) -> bool:
-    """Whether two key values are equal; a comparison that raises or gives no plain bool
-    (a numpy array, an object with an odd ``__eq__``) counts as different."""
+    """Whether two key values are equal as keys; a comparison that raises or gives no plain
+    bool (a numpy array, an object with an odd ``__eq__``) counts as different. A naive
+    and an aware datetime of the same instant are one key (naive is UTC, as the key
+    codec takes it); a bool is no number (``True`` is not key 1: bools are no keys)."""
+    if isinstance(a, bool | np.bool_) != isinstance(b, bool | np.bool_):
+        return False
+    if (
+        isinstance(a, datetime)
+        and isinstance(b, datetime)
+        and (a.tzinfo is None) != (b.tzinfo is None)
+    ):
+        a, b = (x.replace(tzinfo=UTC) if x.tzinfo is None else x for x in (a, b))
     try:
         result = a == b
         return bool(result) if isinstance(result, bool | np.bool_) else False
