@@ -75,8 +75,14 @@ def _rules(db: str, table: str) -> list[tuple[str, str | Callable[[re.Match[str]
             r"pass options as keyword arguments \(endpoint_url=\.\.\., region_name=\.\.\.\)",
             "pass options with -o (-o endpoint_url=..., -o region_name=...)",
         ),
-        (r"trim them with conn\.refs\.trim", "trim them with the Python API: conn.refs.trim"),
-        (r"up to it with conn\.refs\.trim", "up to it with the Python API: conn.refs.trim"),
+        (
+            r"trim them with conn\.refs\.trim\(db, first_version_to_keep\)",
+            "trim them with `merkle db trim DB --below FIRST_VERSION_TO_KEEP`",
+        ),
+        (
+            r"with conn\.refs\.trim\(" + _NAME + r", (?P<below>\d+)\)",
+            lambda m: f"with `merkle db trim {_unquoted(m)} --below {m.group('below')}`",
+        ),
     ]
 
 

@@ -1,4 +1,4 @@
-"""``merkle db``: list, create, drop, clone, describe and show the history of databases."""
+"""``merkle db``: list, create, drop, clone, describe, trim and show the history of databases."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from merkle.cli.common import (
+    CliError,
     MerkleGroup,
     commit_options,
     connection,
@@ -17,14 +18,16 @@ from merkle.cli.common import (
     version_options,
 )
 from merkle.cli.output import emit_record, emit_rows, format_option
-from merkle.errors import IntegrityError
+from merkle.errors import IntegrityError, NotFoundError
+from merkle.refs.entry import journal_prefix, parse_entry_key
+from merkle.refs.names import check_db_name
 
 __all__ = ["db"]
 
 
 @click.group(cls=MerkleGroup)
 def db() -> None:
-    """Databases: list, create, drop, clone, describe, log."""
+    """Databases: list, create, drop, clone, describe, log, trim."""
 
 
 @db.command("list")
@@ -169,3 +172,59 @@ def log(name: str, limit: int | None, no_counts: bool, fmt: str | None) -> None:
             "merged_from",
         ],
     )
+
+
+@db.command("trim")
+@click.argument("name")
+@click.option(
+    "--below",
+    type=click.IntRange(min=1),
+    required=True,
+    metavar="N",
+    help="Remove the journal entries of the versions below N (N itself is kept).",
+)
+def trim(name: str, below: int) -> None:
+    """Give up the versions of database NAME below N: their journal entries are removed.
+
+    ``conn.refs.trim`` for operators: the way out of a damaged journal entry
+    (or a gap) below the head, and the last step of giving up a damaged head
+    after `merkle db drop` (doc/operations.md, "Damaged lake objects"). The
+    head is never removed: an N above it is refused. `merkle gc` then frees
+    the blocks only the removed versions used.
+    """
+    name = check_db_name(name)
+    conn = connection()
+    top = _newest_slot(conn, name)
+    if top is None:
+        raise NotFoundError(f"database {name!r} does not exist")
+    if below > top:
+        fewer = f"give --below {top} or less" if top else "it has no version below its head"
+        raise CliError(
+            f"--below {below} would remove the head of database {name!r} (version {top}), "
+            f"which trimming never removes: {fewer}; to give up a damaged head, "
+            f'`merkle db drop {name}` first (doc/operations.md, "Damaged lake objects")'
+        )
+    try:
+        floor = conn.refs.floor(name)
+    except IntegrityError:
+        floor = 0  # a damaged retention marker: trimming writes it again
+    removed = conn.refs.trim(name, below)
+    if not removed:
+        say(f"nothing to trim: database {name!r} keeps no version below {max(floor, below)}")
+        return
+    first = below - removed
+    listed = f"version {first}" if removed == 1 else f"versions {first} to {below - 1}"
+    say(
+        f"trimmed database {name!r}: removed {listed}; it keeps versions {below} to {top}. "
+        "`merkle gc` frees the blocks only the removed versions used"
+    )
+
+
+def _newest_slot(conn: Any, name: str) -> int | None:
+    """The highest version the journal of ``name`` lists (None: no entry), undecoded.
+
+    Read from the listing, not the head entry, so a damaged head still counts as
+    the head (``trim`` never removes it).
+    """
+    listed = (parse_entry_key(name, info.key) for info in conn.store.list(journal_prefix(name)))
+    return max((v for v in listed if v is not None), default=None)
