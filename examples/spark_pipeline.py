@@ -7,7 +7,14 @@
 3. Yesterday's version is read beside today's, and Spark compares them.
 4. A clone of the database takes an experiment (a discount) without
    touching the source.
-5. Garbage collection keeps the newest version of each database.
+5. The pipeline's reads are done: it gives up their reader leases, and
+   garbage collection keeps the newest version of each database.
+
+Every read of the lake here is named (option ``lease_holder``): a Spark read
+holds a reader lease on its version, which lives ``lease_ttl`` (900 s) past
+its last task, since a data source is not told when a query ends. Without
+``merkle.spark.release_reads`` the collection right after would keep the
+versions these reads leased (yesterday's, and the heads since replaced).
 
 Runs on ``local[*]``; ``python examples/spark_pipeline.py [--lake DIR]``
 (needs Java 17+ and ``pip install -e '.[spark]'``). doc/spark.md shows its
@@ -28,6 +35,8 @@ import merkle
 import merkle.spark
 
 STATUSES = ("new", "paid", "shipped")
+#: The holder name of this pipeline's reader leases, given up before the collection.
+READS = "spark-pipeline-example"
 RAW_SCHEMA = (
     "order_id BIGINT, customer STRING, sku STRING, qty INT, unit_price DOUBLE, "
     "status STRING, updated_at TIMESTAMP"
@@ -81,7 +90,7 @@ def clean(spark: Any, folder: Path) -> Any:
 def orders(spark: Any, uri: str, version: int | None = None, database: str = "shop") -> Any:
     """The orders table of ``database`` (at ``version``, default the head) as a DataFrame."""
     read = spark.read.format("merkle").option("lake", uri).option("db", database)
-    read = read.option("table", "orders")
+    read = read.option("table", "orders").option("lease_holder", READS)
     return (read.option("version", version) if version is not None else read).load()
 
 
@@ -159,13 +168,15 @@ def main() -> None:
         total = orders(spark, uri, database=name).selectExpr("sum(amount)").collect()[0][0]
         print(f"{name}: revenue {total:,.2f}")
 
-    # 5. garbage collection on Spark: keep the newest version of each database
+    # 5. the reading is done: give up the reads' leases, then garbage collection on
+    # Spark keeps the newest version of each database
     conn.close()  # its idle writer lease would make the collector wait for it
+    released = merkle.spark.release_reads(uri, READS)
     report = merkle.spark.gc(spark, uri, keep_versions=1, grace="0s")
     phases = ", ".join(f"{name} {seconds:.2f}s" for name, seconds in report.phases.items())
     print(
-        f"gc: freed {report.blocks_freed:,} blocks ({report.bytes_freed:,} bytes), "
-        f"kept {report.blocks_kept:,}; {phases}"
+        f"gc: released {released} reader leases; freed {report.blocks_freed:,} blocks "
+        f"({report.bytes_freed:,} bytes), kept {report.blocks_kept:,}; {phases}"
     )
     spark.stop()
 

@@ -8,6 +8,7 @@
           .option("table", "orders").load())
     merkle.spark.write(df2, uri, "shop", "orders", key="order_id")   # upsert by key, one commit
     merkle.spark.delete(spark, uri, "shop", "orders", keys_df)
+    merkle.spark.release_reads(uri, "nightly")  # reads with .option("lease_holder", "nightly")
     merkle.spark.gc(spark, uri, keep_versions=10)
 
 Needs pyspark 4.1+ (``pip install merkle-db[spark]``) and Java 17+. See
@@ -22,11 +23,12 @@ from typing import TYPE_CHECKING
 
 from merkle.spark.bulk import delete, write
 from merkle.spark.gc import gc
+from merkle.spark.release import release_reads
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["delete", "gc", "local_session", "register", "session", "write"]
+__all__ = ["delete", "gc", "local_session", "register", "release_reads", "session", "write"]
 
 #: Spark setting that lets a Python data source take filters (``pushFilters``).
 PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"

@@ -132,10 +132,15 @@ def _renew(lake: LakeRef, lease: Lease, ttl: float) -> Lease:
             if lease.kind == "reader"
             else "the write"
         )
+        released = (
+            " (load the DataFrame again if merkle.spark.release_reads gave its lease up)"
+            if lease.kind == "reader"
+            else ""
+        )
         raise UsageError(
             f"{what} lost its {lease.kind} lease before this task ran ({exc}); garbage "
-            "collection may have removed blocks it needs: run the job again, with a larger "
-            "lease_ttl option if it waited long"
+            f"collection may have removed blocks it needs: run the job again{released}, with "
+            "a larger lease_ttl option if it waited long"
         ) from None
 
 

@@ -68,6 +68,7 @@ OWN_OPTIONS = frozenset(
         "partition_bytes",
         "min_partitions",
         "lease_ttl",
+        "lease_holder",
         "cache_bytes",
         "path",
     }
@@ -167,6 +168,9 @@ class ReadOptions:
     partition_bytes: int
     min_partitions: int
     lease_ttl: float
+    #: Names the holder of the read's reader leases (None: the planning process, host:pid),
+    #: so that :func:`merkle.spark.release_reads` can give them up once the reading is done.
+    lease_holder: str | None = None
 
 
 def read_options(options: Mapping[str, str]) -> ReadOptions:
@@ -222,7 +226,21 @@ def read_options(options: Mapping[str, str]) -> ReadOptions:
             "min_partitions", str(options.get("min_partitions", os.cpu_count() or 2)), int, 1
         ),
         lease_ttl=lease_ttl_seconds(options.get("lease_ttl", DEFAULT_LEASE_TTL), "option"),
+        lease_holder=_holder(options.get("lease_holder")),
     )
+
+
+def _holder(value: str | None) -> str | None:
+    """Option ``lease_holder``, checked: a name a release can be asked for (None: not given)."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    if not text:
+        raise UsageError(
+            "option 'lease_holder' must name the reads (e.g. 'nightly-pipeline'), got an "
+            "empty string; leave it out to have no name"
+        )
+    return text
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from pyspark.sql.types import StructType
 from merkle.blocks.cid import CID
 from merkle.db.bulk import committed_table, table_root
 from merkle.errors import NotFoundError, UsageError
-from merkle.refs import Lease
+from merkle.refs import Lease, LeaseManager
 from merkle.spark.filters import key_filters, pk_bounds
 from merkle.spark.lake import hold_lease, open_lake
 from merkle.spark.options import (
@@ -230,19 +230,23 @@ class MerkleReader(DataSourceReader):
 def _lease_version(read: ReadOptions, resolved: _Resolved) -> Lease:
     """A reader lease on the resolved version, taken before the read is planned.
 
+    Its holder is option ``lease_holder`` if given (see :mod:`merkle.spark.release`).
     As ``open_db(lease=True)`` does: lease first, then check that the version
     is still kept (in the journal, or by a tag once retention trimmed its
     slot), so a concurrent collection either sees the lease or has removed the
     version (and the read stops here with a clear error).
     """
     conn = open_lake(read.lake)
-    lease = conn.leases.acquire_reader(read.db, resolved.version, resolved.db_root, read.lease_ttl)
+    leases = conn.leases
+    if read.lease_holder is not None:  # named, for merkle.spark.release_reads
+        leases = LeaseManager(conn.store, holder=read.lease_holder)
+    lease = leases.acquire_reader(read.db, resolved.version, resolved.db_root, read.lease_ttl)
     try:
         kept = conn._still_kept(read.db, resolved.version, resolved.db_root)
     except NotFoundError:
         kept = False
     if not kept:
-        conn.leases.release(lease)
+        leases.release(lease)
         raise UsageError(
             f"version {resolved.version} of database {read.db!r} was removed by garbage "
             "collection after the DataFrame was loaded: load it again"
