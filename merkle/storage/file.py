@@ -103,15 +103,7 @@ class FileStore(ObjectStore):
     def get(self, key: str) -> bytes:
         # os.read of the size fstat gives, not open().read(): no buffered reader, no
         # second read to find the end, no resize (a 600-byte node: 30 -> 22 us).
-        path = self._path(key)
-        try:
-            fd = os.open(path, READ_FLAGS)
-        except FileNotFoundError:
-            fd = self._reopen(key, path)
-        except (IsADirectoryError, NotADirectoryError):
-            raise self._missing(key) from None
-        except OSError as exc:
-            raise StorageError(f"cannot read {key!r} in {self.uri}: {exc}") from exc
+        fd = self._open(key)
         try:
             return read_all(fd)
         except IsADirectoryError:
@@ -123,20 +115,25 @@ class FileStore(ObjectStore):
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         start, length = check_range(key, start, length)
-        path = self._path(key)
-        try:
-            fd = os.open(path, READ_FLAGS)
-        except FileNotFoundError:
-            fd = self._reopen(key, path)
-        except (IsADirectoryError, NotADirectoryError):
-            raise self._missing(key) from None
-        except OSError as exc:
-            raise StorageError(f"cannot read {key!r} in {self.uri}: {exc}") from exc
+        fd = self._open(key)
         try:
             with open(fd, "rb") as f:
                 f.seek(start)
                 return f.read(length)
         except IsADirectoryError:
+            raise self._missing(key) from None
+        except OSError as exc:
+            raise StorageError(f"cannot read {key!r} in {self.uri}: {exc}") from exc
+
+    def _open(self, key: str) -> int:
+        """A file descriptor of ``key``'s file for reading; a miss looks for a copy a
+        killed collector left moved aside (:meth:`_reopen`) before it is NotFoundError."""
+        path = self._path(key)
+        try:
+            return os.open(path, READ_FLAGS)
+        except FileNotFoundError:
+            return self._reopen(key, path)
+        except (IsADirectoryError, NotADirectoryError):
             raise self._missing(key) from None
         except OSError as exc:
             raise StorageError(f"cannot read {key!r} in {self.uri}: {exc}") from exc
