@@ -155,9 +155,38 @@ def _encode_float(encoder: cbor2.CBOREncoder, value: float) -> None:
 
 def _encode_other(encoder: cbor2.CBOREncoder, value: Any) -> None:
     if isinstance(value, np.generic):
-        encoder.encode(value.item())
+        item = value.item()
+        if isinstance(value, np.datetime64 | np.timedelta64) and not _is_time(item):
+            raise _InexactValueError(value, _numpy_time_why(value))
+        encoder.encode(item)
         return
     raise _UnsupportedValueError(value)
+
+
+def _is_time(item: Any) -> bool:
+    """Whether a numpy time's ``item()`` is a time (None for NaT, a null): not the bare
+    int numpy gives for nanoseconds, a generic unit, a timedelta of months or years, or
+    a date outside Python's years."""
+    return item is None or isinstance(item, datetime.date | datetime.timedelta)
+
+
+def _numpy_time_why(value: np.datetime64 | np.timedelta64) -> str:
+    """Why a numpy time whose ``item()`` is an int is refused, and what to do."""
+    unit = np.datetime_data(value.dtype)[0]
+    if isinstance(value, np.datetime64):
+        todo = (
+            "convert it to a datetime or date (value.astype('datetime64[us]').item()), "
+            "or declare the field with a timestamp type (pa.timestamp('ns') keeps nanoseconds)"
+        )
+    else:
+        todo = (
+            "declare the field with a duration type (a timedelta64 of days or a finer unit), "
+            "or store its count as an int"
+        )
+    return (
+        f"a numpy {type(value).__name__} of unit {unit!r}, which numpy gives as a bare int "
+        f"(a schema-free field would store a number, not a time): {todo}"
+    )
 
 
 #: Every Decimal cbor2 encodes holds one of these bytes: 0xC4 (tag 4, a finite
@@ -243,9 +272,15 @@ _PLAIN_TYPES = frozenset({bool, int, float, str, bytes, list, dict, datetime.dat
 
 
 def plain(value: Any) -> Any:
-    """numpy scalars as Python values, bytes-likes as bytes: what comes back on read."""
+    """numpy scalars as Python values, bytes-likes as bytes: what comes back on read.
+
+    A numpy time whose ``item()`` is not a time (an int: nanoseconds, a generic unit,
+    a timedelta of months or years) stays as it is, for the encoder to refuse it."""
     if isinstance(value, np.generic):
-        return value.item()
+        item = value.item()
+        if isinstance(value, np.datetime64 | np.timedelta64) and not _is_time(item):
+            return value
+        return item
     if isinstance(value, bytearray | memoryview):
         return bytes(value)
     return value

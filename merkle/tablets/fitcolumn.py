@@ -154,6 +154,10 @@ def _timestamps_as_dates(
 
 
 #: A day in each timestamp unit.
+#: What pyarrow raises for Python values that do not convert to a type. SystemError too:
+#: pyarrow 26 raises it (an error left set while building its message) for a 0-d numpy
+#: array among the values of a struct (``pa.array([np.array(1), 1], type=struct)``).
+_REFUSALS = (pa.ArrowException, TypeError, ValueError, OverflowError, SystemError)
 _TICKS_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
 
 
@@ -360,7 +364,7 @@ def typed_array(
             array = pa.array(candidates, type=target)
             if lost is None or not any(lost(v) for v in candidates if v is not None):
                 return array
-        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        except _REFUSALS:
             pass
         return None
 
@@ -384,7 +388,7 @@ def typed_array(
             if reason:
                 raise ValueError(reason)  # pyarrow would cut or round it without a word
             pa.array([value], type=target)
-        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+        except _REFUSALS as exc:
             place = _Place(name, target, key_of, key_field)
             raise place.misfit(values[position], position, exc) from None
     raise SchemaError(f"field {name!r} is {target}: its values do not fit it")

@@ -119,7 +119,9 @@ class IntCodec(_Fixed8Codec):
     arrow_type = pa.int64()
 
     def _normalize(self, value: Any) -> Any:
-        if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer):
+        if isinstance(value, bool | np.bool_ | np.timedelta64) or not isinstance(
+            value, int | np.integer
+        ):  # a numpy timedelta64 is a numpy integer, but a length of time
             raise _KeyTypeError("expected an int")
         number = int(value)
         if not _INT64_MIN <= number <= _INT64_MAX:
@@ -173,7 +175,7 @@ class FloatCodec(_Fixed8Codec):
     arrow_type = pa.float64()
 
     def _normalize(self, value: Any) -> Any:
-        if isinstance(value, bool | np.bool_):
+        if isinstance(value, bool | np.bool_ | np.timedelta64):
             raise _KeyTypeError("expected a float")
         if isinstance(value, float | np.floating):
             number = float(value)

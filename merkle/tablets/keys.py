@@ -71,7 +71,7 @@ def infer_key_codec(value: Any) -> KeyCodec:
     "timestamp", tuple (or list) -> "tuple(...)" of its components. Anything
     else (bool, None, dict, ...) raises UsageError.
     """
-    if isinstance(value, bool | np.bool_):
+    if isinstance(value, bool | np.bool_ | np.timedelta64):  # a timedelta64 is an np.integer
         codec = None
     elif isinstance(value, int | np.integer):
         codec = _SCALARS["int"]

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 __all__ = [
     "NUMPY_TIMES",
+    "check_numpy_mix",
     "finest_unit",
     "inferable",
     "is_nat",
@@ -211,6 +212,43 @@ def _given(value: Any, path: tuple[Any, ...], units: dict[_Place, set[str]]) -> 
             return value
         return members
     return value
+
+
+def check_numpy_mix(values: list[Any]) -> None:
+    """ValueError when ``values`` (with the lists, tuples and dicts inside them) hold a
+    numpy ``datetime64`` and another numpy value in one place (the items of a list,
+    one member of the dicts): pyarrow's type inference cannot be given them.
+
+    pyarrow 26 infers nested numpy scalars by their dtype, and once it has seen a
+    ``datetime64`` (``NaT`` too, or a 0-d array of one) a numpy int, float, bool,
+    complex, ``void`` or array after it kills the process (SIGSEGV) instead of
+    raising: ``pa.array([[np.datetime64(1, "s")], [np.int64(1)]])``. Such values are
+    of different kinds anyway (a point in time and a number), so they are refused
+    before pyarrow sees them. Top-level numpy times are typed by
+    :func:`numpy_time_type`, never by pyarrow; this guards the values inside.
+    """
+    seen: dict[tuple[Any, ...], tuple[Any, Any]] = {}  # place -> (a time, another)
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), value) for value in values]
+    while stack:
+        place, value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(((*place, name), member) for name, member in value.items())
+        elif isinstance(value, list | tuple):
+            stack.extend(((*place, None), item) for item in value)
+        elif isinstance(value, np.generic | np.ndarray):
+            time, other = seen.get(place, (None, None))
+            if np.dtype(value.dtype).kind == "M":
+                time = value if time is None else time
+            else:
+                other = value if other is None else other
+            seen[place] = (time, other)
+            if time is not None and other is not None:
+                raise ValueError(
+                    f"a numpy datetime64 ({time!r}) and another numpy value "
+                    f"({type(other).__name__} {other!r}) in one place cannot be typed "
+                    "together: give one kind of value there (convert the numpy values with "
+                    ".item(), or give datetime64 values only)"
+                )
 
 
 #: The proleptic Gregorian ordinal of 1970-01-01, numpy's epoch.

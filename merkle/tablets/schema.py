@@ -32,6 +32,7 @@ from merkle.tablets.freeform import unknown_time_zone
 from merkle.tablets.nesting import check_nesting
 from merkle.tablets.numpytimes import (
     NUMPY_TIMES,
+    check_numpy_mix,
     finest_unit,
     inferable,
     is_nat,
@@ -415,12 +416,14 @@ def _inferred(values: list[Any]) -> pa.DataType:
         unit = finest_unit([k.unit for k in kinds])
         return pa.timestamp(unit) if pa.types.is_timestamp(kinds[0]) else pa.duration(unit)
     plain = [v.item() if isinstance(v, np.generic) else v for v in values]
+    check_numpy_mix(plain)  # pyarrow crashes on them (SIGSEGV) instead of raising
     try:
         return pa.array(plain).type
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
         given = inferable(plain)  # numpy times inside lists and dicts, units met
         if given is plain:
             raise
+        check_numpy_mix(given)
         return pa.array(given).type
 
 
