@@ -32,6 +32,7 @@ from merkle.db.inputs import (
     check_metadata,
     check_names_list,
     check_table_name,
+    given_metadata,
     same_metadata,
 )
 from merkle.db.records import RecordOps
@@ -305,7 +306,7 @@ class Database(RecordOps):
         state = self._state(name)
         table = state.current(self.version + 1)
         was, args = table.root.meta, snapshot(args)  # the op keeps args: a replay's input
-        meta = check_metadata(fn(snapshot(was), *args), f"metadata of table {name!r}")
+        meta = check_metadata(fn(given_metadata(was), *args), f"metadata of table {name!r}")
         if same_metadata(meta, was):
             return self
         op = db_ops.AlterTableMeta(name, table.root.uid, fn, args)
@@ -523,7 +524,7 @@ class Database(RecordOps):
         check_function(fn, "alter_db_meta: fn")
         was, args = self._meta, snapshot(args)  # the op keeps args: a replay's input
         what = f"metadata of database {self.name!r}"
-        meta = check_metadata(fn(snapshot(was), *args), what)
+        meta = check_metadata(fn(given_metadata(was), *args), what)
         if same_metadata(meta, was):
             return self
         # Back to the base's metadata (changed and changed back): no change to commit.

@@ -52,6 +52,7 @@ __all__ = [
     "check_schema_change",
     "check_table_name",
     "disagreeing_field",
+    "given_metadata",
     "is_arrow_like",
     "key_parts",
     "once_readable",
@@ -400,13 +401,21 @@ def check_metadata(value: Any, what: str) -> Any:
     return snapshot(value)
 
 
+def given_metadata(stored: Any) -> Any:
+    """What a metadata function is given: a copy of the stored metadata, or an empty map
+    where none was ever set (None), so that ``lambda m: {**m, "x": 1}`` works on both."""
+    return {} if stored is None else snapshot(stored)
+
+
 def same_metadata(new: Any, old: Any) -> bool:
     """Whether metadata ``new`` (checked by :func:`check_metadata`) is stored as ``old`` is:
     the same DAG-CBOR bytes, so that setting it changes nothing. Python's ``==`` is not
     the rule: ``{"n": 1} == {"n": True}`` though they are stored apart, and a tuple is
-    stored as the list it equals by content but not by ``==``."""
+    stored as the list it equals by content but not by ``==``. Metadata never set
+    (None) is the empty map a metadata function is given for it (:func:`given_metadata`):
+    a function returning it unchanged changes nothing."""
     try:
-        return encode_node(new) == encode_node(old)
+        return encode_node(new or {}) == encode_node(old or {})
     except UsageError:  # ``old`` cannot be stored at all: not what ``new`` stores
         return False
 
