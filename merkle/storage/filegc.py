@@ -71,12 +71,14 @@ def _move_aside(path: str, aside: str, sync_dir: SyncDir) -> None:
         os.rename(path, aside)
         return
     except FileNotFoundError:
+        if not os.path.lexists(path):
+            raise  # the object is gone: removed already
+        # The directory was missing when renaming (another thread deleting beside this one
+        # may have made it since: then the rename is simply tried again).
         holder = os.path.dirname(aside)
-        if os.path.isdir(holder) or not os.path.lexists(path):
-            raise
         with contextlib.suppress(FileExistsError):
             os.mkdir(holder)
-        sync_dir(os.path.dirname(holder))  # its name must outlive a crash before any file in it
+        sync_dir(os.path.dirname(holder))  # its name must outlive a crash before a file in it
     os.rename(path, aside)
 
 

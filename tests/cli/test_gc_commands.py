@@ -26,7 +26,10 @@ def _history(lake_uri: str) -> None:
 
 
 def _block_count(lake_uri: str) -> int:
-    return len(os.listdir(Path(lake_uri.removeprefix("file://")) / "blocks"))
+    """Blocks in the lake: files in blocks/, not hidden names (the move-aside directory
+    a collection makes there, blocks/.tmp-aside, is no block)."""
+    names = os.listdir(Path(lake_uri.removeprefix("file://")) / "blocks")
+    return sum(not name.startswith(".") for name in names)
 
 
 def test_gc_dry_run_then_real_run(run: Run, lake_uri: str) -> None:
