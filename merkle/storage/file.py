@@ -43,6 +43,9 @@ from merkle.storage.fileoptions import check_path, file_flag, file_workers
 
 __all__ = ["FileStore", "check_path"]
 
+#: How often a read that missed looks again for its file moved aside and put back.
+_REOPENS = 3
+
 
 class FileStore(ObjectStore):
     """Objects as files under ``root``; ``fsync=False`` trades crash safety for speed."""
@@ -141,11 +144,15 @@ class FileStore(ObjectStore):
     def _reopen(self, key: str, path: str) -> int:
         """After a read missed ``key``: the file opened again once it is put back from a
         copy a collector left moved aside (:meth:`_restore`); else the miss stands."""
-        if self._restore(key, path):
+        for _ in range(_REOPENS):
+            if not self._restore(key, path):
+                break
             try:
                 return os.open(path, READ_FLAGS)
-            except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-                pass  # removed again meanwhile
+            except FileNotFoundError:
+                continue  # moved aside again meanwhile (another collection's candidate)
+            except (IsADirectoryError, NotADirectoryError):
+                break
             except OSError as exc:
                 raise StorageError(f"cannot read {key!r} in {self.uri}: {exc}") from exc
         raise self._missing(key)
@@ -153,12 +160,12 @@ class FileStore(ObjectStore):
     def stat(self, key: str) -> ObjectInfo:
         path = self._path(key)
         info = self._stat(key, path)
-        if info is None:
-            if not self._restore(key, path):
-                raise self._missing(key)
+        for _ in range(_REOPENS):  # a miss: as _reopen, look for it moved aside and back
+            if info is not None or not self._restore(key, path):
+                break
             info = self._stat(key, path)
-            if info is None:
-                raise self._missing(key)
+        if info is None:
+            raise self._missing(key)
         return info
 
     def stat_or_none(self, key: str) -> ObjectInfo | None:

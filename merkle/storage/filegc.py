@@ -161,7 +161,7 @@ def restore_aside(path: str, sync_dir: SyncDir) -> bool:
     try:
         names = os.listdir(holder)
     except (FileNotFoundError, NotADirectoryError):
-        return False
+        return os.path.lexists(path)  # put back by its collector since the miss, perhaps
     for candidate in sorted(names):
         match = ASIDE_NAME.fullmatch(candidate)
         if match is None or match.group(1) != name:
@@ -177,7 +177,9 @@ def restore_aside(path: str, sync_dir: SyncDir) -> bool:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(aside)
         return True
-    return False
+    # No copy aside (any more): its collector may have put the file back between the
+    # reader's miss and this listing (a refreshed block), so look once more.
+    return os.path.lexists(path)
 
 
 def _settle_asides(
