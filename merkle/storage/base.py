@@ -224,11 +224,7 @@ class ObjectStore(ABC):
 
     def exists(self, key: str) -> bool:
         """Whether an object is stored at ``key``."""
-        try:
-            self.stat(key)
-        except NotFoundError:
-            return False
-        return True
+        return self.stat_or_none(key) is not None
 
     @abstractmethod
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
@@ -510,9 +506,14 @@ def quote_location(path: str) -> str:
     is left as it is, so that URIs stay readable (and a lake's URI, recorded in the
     journals of its copies, does not change)."""
     quoted = path.replace("%", "%25").replace("?", "%3F").replace("#", "%23")
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in quoted):
-        quoted = "".join(f"%{ord(c):02X}" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in quoted)
+    if any(map(_is_control, quoted)):
+        quoted = "".join(f"%{ord(c):02X}" if _is_control(c) else c for c in quoted)
     return quoted
+
+
+def _is_control(char: str) -> bool:
+    """Whether ``char`` is a control character, which ``urlsplit`` drops from a URI."""
+    return ord(char) < 0x20 or ord(char) == 0x7F
 
 
 def open_store(uri: str | os.PathLike[str], **options: Any) -> ObjectStore:
@@ -536,7 +537,7 @@ def open_store(uri: str | os.PathLike[str], **options: Any) -> ObjectStore:
             )
         location = "file://" + quote_location(os.path.abspath(uri))
         return _backend("file", uri).from_uri(urlsplit(location), options)
-    control = next((c for c in uri if ord(c) < 0x20 or ord(c) == 0x7F), None)
+    control = next(filter(_is_control, uri), None)
     if control is not None:
         # urlsplit drops tabs and newlines without a word: another lake would be opened.
         raise UsageError(

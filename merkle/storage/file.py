@@ -44,7 +44,10 @@ from merkle.storage.fileoptions import check_path, file_flag, file_workers
 __all__ = ["FileStore", "check_path"]
 
 #: How often a read that missed looks again for its file moved aside and put back.
-_REOPENS = 3
+#: Each look after the first means the file was found and then moved aside again
+#: (another collection's candidate, or a collector deleting it in a loop): bounded
+#: only so that no read can spin for ever.
+_REOPENS = 64
 
 
 class FileStore(ObjectStore):
