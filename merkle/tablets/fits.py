@@ -56,7 +56,15 @@ import pyarrow as pa
 
 from merkle.tablets.numpytimes import NUMPY_TIMES, numpy_time_count
 
-__all__ = ["exact_numbers", "is_list_like", "kind_misfit", "loss_check", "text_kind"]
+__all__ = [
+    "apply_convert",
+    "exact_numbers",
+    "is_list_like",
+    "kind_misfit",
+    "loss_check",
+    "over_items",
+    "text_kind",
+]
 
 Check = Callable[[Any], str | None]
 Convert = Callable[[Any], Any]
@@ -452,7 +460,9 @@ def exact_numbers(target: pa.DataType) -> Convert | None:
         if all(m is None for m in members.values()):
             return None
         return lambda v: (
-            {n: _apply(members.get(n), x) for n, x in v.items()} if isinstance(v, dict) else v
+            {n: apply_convert(members.get(n), x) for n, x in v.items()}
+            if isinstance(v, dict)
+            else v
         )
     if pa.types.is_map(target):
         return _map_numbers(target)
@@ -460,7 +470,7 @@ def exact_numbers(target: pa.DataType) -> Convert | None:
         inner = exact_numbers(target.value_type)
         if inner is None:
             return None
-        return lambda v: [_apply(inner, x) for x in v] if isinstance(v, list | tuple) else v
+        return over_items(inner)
     return None
 
 
@@ -490,8 +500,14 @@ def _numpy_count(target: pa.DataType) -> Convert:
     return convert
 
 
-def _apply(convert: Convert | None, value: Any) -> Any:
+def apply_convert(convert: Convert | None, value: Any) -> Any:
+    """``convert(value)``, or ``value`` itself for no conversion or a null."""
     return value if convert is None or value is None else convert(value)
+
+
+def over_items(inner: Convert) -> Convert:
+    """``inner`` applied to each item of a list (or tuple) value; other values as they are."""
+    return lambda v: [apply_convert(inner, x) for x in v] if isinstance(v, list | tuple) else v
 
 
 def _map_numbers(target: pa.MapType) -> Convert | None:
@@ -503,17 +519,19 @@ def _map_numbers(target: pa.MapType) -> Convert | None:
 
     def entry(e: Any) -> Any:
         if isinstance(e, tuple) and len(e) == 2:
-            return (_apply(of_key, e[0]), _apply(of_item, e[1]))
+            return (apply_convert(of_key, e[0]), apply_convert(of_item, e[1]))
         if isinstance(e, dict):
             return {
-                n: _apply(of_key if n == key_name else of_item if n == item_name else None, x)
+                n: apply_convert(
+                    of_key if n == key_name else of_item if n == item_name else None, x
+                )
                 for n, x in e.items()
             }
         return e
 
     def convert(value: Any) -> Any:
         if isinstance(value, Mapping):
-            return {_apply(of_key, k): _apply(of_item, x) for k, x in value.items()}
+            return {apply_convert(of_key, k): apply_convert(of_item, x) for k, x in value.items()}
         if isinstance(value, list | tuple):
             return [entry(e) for e in value]
         return value

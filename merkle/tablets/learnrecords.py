@@ -34,6 +34,7 @@ import numpy as np
 import pyarrow as pa
 
 from merkle.errors import SchemaError
+from merkle.tablets.fits import apply_convert, over_items
 from merkle.tablets.nulltypes import refined
 from merkle.tablets.schema import check_declared_type, infer_type, is_list_type
 
@@ -77,7 +78,7 @@ def _reshaper(kind: pa.DataType) -> Reshape | None:
         inner = _reshaper(kind.value_type)
         if inner is None:
             return None
-        return lambda v: [_apply(inner, x) for x in v] if isinstance(v, list | tuple) else v
+        return over_items(inner)
     if pa.types.is_struct(kind):
         members = {f.name: _reshaper(f.type) for f in kind}
         names = list(members)
@@ -86,7 +87,7 @@ def _reshaper(kind: pa.DataType) -> Reshape | None:
             if isinstance(value, tuple) and len(value) == len(names):  # members in order
                 value = dict(zip(names, value, strict=True))
             if isinstance(value, dict):
-                return {n: _apply(members.get(n), x) for n, x in value.items()}
+                return {n: apply_convert(members.get(n), x) for n, x in value.items()}
             return value
 
         return struct
@@ -101,7 +102,7 @@ def _map_reshaper(kind: pa.MapType) -> Reshape:
     of_key, of_item = _reshaper(kind.key_type), _reshaper(kind.item_type)
 
     def entry(key: Any, item: Any) -> dict[str, Any]:
-        return {"key": _apply(of_key, key), "value": _apply(of_item, item)}
+        return {"key": apply_convert(of_key, key), "value": apply_convert(of_item, item)}
 
     def reshape(value: Any) -> Any:
         if isinstance(value, Mapping):
@@ -127,10 +128,6 @@ def _has_map_or_struct(kind: pa.DataType) -> bool:
     if pa.types.is_map(kind) or pa.types.is_struct(kind):
         return True
     return any(_has_map_or_struct(kind.field(i).type) for i in range(kind.num_fields))
-
-
-def _apply(reshape: Reshape | None, value: Any) -> Any:
-    return value if reshape is None or value is None else reshape(value)
 
 
 def _shaped(old: pa.DataType, inferred: pa.DataType) -> pa.DataType:
